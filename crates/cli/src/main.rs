@@ -1,0 +1,5 @@
+//! The `ternflow` command line.
+
+fn main() {
+    println!("ternflow {}", env!("CARGO_PKG_VERSION"));
+}

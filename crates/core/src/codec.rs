@@ -1,0 +1,1 @@
+//! Compact vector encoding: little-endian f32, base64 in JSON.

@@ -1,0 +1,1 @@
+//! Job ids and cache keys.

@@ -1,0 +1,1 @@
+//! The HTTP protocol types shared by the server and the worker.

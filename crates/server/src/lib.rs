@@ -1,0 +1,1 @@
+//! `ternflow-server`: the companion server. Work in progress (issue 5).

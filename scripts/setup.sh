@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Installs exactly what ternflow needs to build and test, skipping what is already there.
+# Idempotent: a second run on a ready machine takes a few seconds. Downloads only from crates.io,
+# rustup, Debian apt and the npm registry; nothing else (wasm-pack runs with --mode no-install).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+WASM_PACK_VERSION=0.15.1
+say() { printf '[setup] %s\n' "$*"; }
+
+# wasm-bindgen-cli must match the `=` pin exactly, or wasm-pack would try to download one.
+WASM_BINDGEN_VERSION=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/[^0-9.]/, ""); print; exit }' Cargo.lock)
+[ -n "$WASM_BINDGEN_VERSION" ] || { echo "setup: wasm-bindgen not found in Cargo.lock" >&2; exit 1; }
+
+# 1. Rust target (rust-toolchain.toml names it too; this makes it explicit and offline-checkable).
+if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+  say "adding rust target wasm32-unknown-unknown"
+  rustup target add wasm32-unknown-unknown
+fi
+for comp in rustfmt clippy; do
+  rustup component list --installed | grep -q "^$comp" || rustup component add "$comp"
+done
+
+# 2. Debian packages: the browser and its driver for wasm-pack test, Redis for the server tests.
+APT_PKGS=(chromium chromium-driver redis-server)
+missing=()
+for p in "${APT_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  say "apt-get install ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# 3. wasm-pack, at a fixed version.
+if [ "$(wasm-pack --version 2>/dev/null || true)" != "wasm-pack $WASM_PACK_VERSION" ]; then
+  say "cargo install wasm-pack $WASM_PACK_VERSION"
+  cargo install wasm-pack --version "$WASM_PACK_VERSION" --locked --quiet
+fi
+
+# 4. wasm-bindgen-cli at exactly the pinned wasm-bindgen version. Not --locked: the registry here
+#    lacks one of its locked dependencies.
+if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$WASM_BINDGEN_VERSION" ]; then
+  say "cargo install wasm-bindgen-cli $WASM_BINDGEN_VERSION"
+  cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --force --quiet
+fi
+
+# 5. npm packages for the JS side (benchmarks, end-to-end drivers), from the committed lockfile.
+stamp=node_modules/.ternflow-lock.sha256
+want=$(sha256sum package-lock.json | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  say "npm ci"
+  npm ci --no-audit --no-fund --loglevel=error
+  echo "$want" > "$stamp"
+fi
+
+say "ready: $(wasm-pack --version), wasm-bindgen $(wasm-bindgen --version | awk '{print $2}'), $(chromium --version 2>/dev/null | head -n1), $(redis-server --version | awk '{print $3}')"

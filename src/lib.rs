@@ -1,0 +1,27 @@
+//! `ternflow`: text embeddings at the edge.
+//!
+//! This root crate is the browser / edge adapter. Compiled to `wasm32-unknown-unknown` it runs inside
+//! a dedicated Web Worker (or an edge isolate) and carries embedding jobs from the queue to the
+//! caches and the engine. Every piece of logic that does not need a browser lives in the portable
+//! crates; this crate only implements their traits over browser APIs.
+//!
+//! # Layout
+//! - [`ternflow_core`] (`crates/core`): protocol types, the per-job pipeline, retry, breaker, caches
+//!   and the traits this crate implements. No web-sys.
+//! - [`ternflow_engine`] (`crates/engine`): the Ternlight inference engine. No web deps.
+//! - `idb` (wasm32 only): the IndexedDB-backed local cache, over `rexie`.
+//!
+//! Nothing here touches `window`: every browser API is reached through the global scope, so the
+//! same code runs in a dedicated worker, a shared worker or an edge isolate.
+
+pub use ternflow_core as core;
+pub use ternflow_engine as engine;
+
+#[cfg(target_arch = "wasm32")]
+pub mod idb;
+
+/// The crate version, as built.
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen::prelude::wasm_bindgen)]
+pub fn version() -> String {
+    env!("CARGO_PKG_VERSION").to_string()
+}
