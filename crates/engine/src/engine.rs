@@ -1,0 +1,177 @@
+//! [`Engine`]: a loaded model, its tokenizer and the buffers of one forward pass.
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::format::Config;
+use crate::forward::{forward, Scratch};
+use crate::kernels::Kernel;
+use crate::loader::{hex, load};
+use crate::model::Weights;
+use crate::tokenizer::Tokenizer;
+
+/// A Ternlight model ready to embed text.
+///
+/// Calls take `&mut self` because they reuse one set of buffers: a warm [`Engine::embed_into`]
+/// allocates nothing. `Engine` is `Send`; share one between threads behind a `Mutex`, or give
+/// each thread its own.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    weights: Weights,
+    tokenizer: Tokenizer,
+    kernel: Kernel,
+    scratch: Scratch,
+    norm: String,
+    ids: Vec<u32>,
+    model_id: String,
+}
+
+impl Engine {
+    /// Loads a TERN v1 file with the bundled BERT uncased vocabulary ([`crate::BUNDLED_VOCAB`]).
+    ///
+    /// # Errors
+    /// Any [`Error`] the file or the vocabulary/model pairing causes; see
+    /// [`Engine::from_bytes_with_vocab`].
+    pub fn from_bytes(model: &[u8]) -> Result<Self> {
+        Self::from_bytes_with_vocab(model, crate::BUNDLED_VOCAB)
+    }
+
+    /// Loads a TERN v1 file with the vocabulary in `vocab_text` (`vocab.txt` format).
+    ///
+    /// # Errors
+    /// The loader's errors ([`Error::BadMagic`], [`Error::Truncated`],
+    /// [`Error::ChecksumMismatch`], …), or [`Error::Vocab`] when the vocabulary lacks a special
+    /// token or has more entries than the model's `vocab_size`.
+    pub fn from_bytes_with_vocab(model: &[u8], vocab_text: &str) -> Result<Self> {
+        let weights = load(model)?;
+        let tokenizer = Tokenizer::from_vocab(vocab_text)?;
+        if u64::from(tokenizer.max_id()) >= u64::from(weights.config.vocab_size) {
+            return Err(Error::Vocab(format!(
+                "the vocabulary has {} entries, the model only {} embedding rows",
+                tokenizer.len(),
+                weights.config.vocab_size
+            )));
+        }
+        let scratch = Scratch::new(&weights);
+        let max_ids = usize::from(weights.config.max_seq_len);
+        Ok(Self {
+            model_id: hex(&Sha256::digest(model)[..8]),
+            scratch,
+            tokenizer,
+            kernel: Kernel::best(),
+            norm: String::with_capacity(1024),
+            ids: Vec::with_capacity(max_ids),
+            weights,
+        })
+    }
+
+    /// The model's shape.
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.weights.config
+    }
+
+    /// First 16 hex digits of the SHA-256 of the whole model file.
+    #[must_use]
+    pub fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    /// Length of every output vector.
+    #[must_use]
+    pub fn output_dim(&self) -> usize {
+        usize::from(self.weights.config.output_dim)
+    }
+
+    /// The kernel in use.
+    #[must_use]
+    pub fn kernel(&self) -> Kernel {
+        self.kernel
+    }
+
+    /// Switches kernel (all give identical integer results; for tests and benchmarks).
+    pub fn set_kernel(&mut self, kernel: Kernel) {
+        self.kernel = kernel;
+    }
+
+    /// The tokenizer.
+    #[must_use]
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// Token ids of `text`: `[CLS] … [SEP]`, at most `max_seq_len` of them.
+    #[must_use]
+    pub fn tokenize(&self, text: &str) -> Vec<u32> {
+        self.tokenizer
+            .encode(text, usize::from(self.weights.config.max_seq_len))
+    }
+
+    /// The L2-normalised embedding of `text`.
+    #[must_use]
+    pub fn embed(&mut self, text: &str) -> Vec<f32> {
+        let mut out = vec![0.0; self.output_dim()];
+        self.embed_into(text, &mut out);
+        out
+    }
+
+    /// [`Engine::embed`] into `out[..output_dim]` without allocating.
+    ///
+    /// # Panics
+    /// When `out` is shorter than [`Engine::output_dim`].
+    pub fn embed_into(&mut self, text: &str, out: &mut [f32]) {
+        assert!(out.len() >= self.output_dim(), "output buffer too short");
+        let max_ids = usize::from(self.weights.config.max_seq_len);
+        self.tokenizer
+            .encode_into(text, max_ids, &mut self.norm, &mut self.ids);
+        forward(
+            &self.weights,
+            self.kernel,
+            &self.ids,
+            &mut self.scratch,
+            out,
+        );
+    }
+
+    /// The embedding of already tokenized input.
+    ///
+    /// # Errors
+    /// [`Error::InvalidIds`] when `ids` is empty, longer than `max_seq_len`, or holds an id not
+    /// below `vocab_size`.
+    pub fn embed_ids(&mut self, ids: &[u32]) -> Result<Vec<f32>> {
+        let c = &self.weights.config;
+        if ids.is_empty() || ids.len() > usize::from(c.max_seq_len) {
+            return Err(Error::InvalidIds(format!(
+                "{} ids (expected 1..={})",
+                ids.len(),
+                c.max_seq_len
+            )));
+        }
+        if let Some(bad) = ids.iter().find(|&&i| i >= c.vocab_size) {
+            return Err(Error::InvalidIds(format!(
+                "id {bad} is not below vocab_size {}",
+                c.vocab_size
+            )));
+        }
+        let mut out = vec![0.0; self.output_dim()];
+        forward(&self.weights, self.kernel, ids, &mut self.scratch, &mut out);
+        Ok(out)
+    }
+
+    /// Embeddings of several texts, in order.
+    #[must_use]
+    pub fn embed_batch(&mut self, texts: &[&str]) -> Vec<Vec<f32>> {
+        texts.iter().map(|t| self.embed(t)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_is_send() {
+        fn send<T: Send>() {}
+        send::<Engine>();
+    }
+}

@@ -1,0 +1,275 @@
+//! The forward pass: token ids → one L2-normalised vector.
+//!
+//! Pre-LN transformer (eps 1e-5), every linear layer but the final projection a BitLinear:
+//! parameter-free LN (eps 1e-5) → `s = 128 / max(max|x|, 1e-5)` →
+//! `q = clamp(round(x·s), −128, 127)` with `round` = round half away from zero ([`f32::round`]) →
+//! `acc = Σ q·w` (exact `i32`) → `y = (acc + bias) / (w_scale · s)`.
+//! Attention is `softmax(QKᵀ/√d_head)·V` over all tokens; the FFN is fc1 → exact-erf GELU → fc2.
+//! Then final LN, mean pool over every token (`[CLS]` and `[SEP]` included), the fp32 projection
+//! and L2 normalisation.
+//!
+//! All buffers live in [`Scratch`], sized once for `max_seq_len` tokens: a warm call allocates
+//! nothing.
+
+use crate::kernels::{scalar, Kernel};
+use crate::model::{padded, BitMatrix, Weights};
+
+const LN_EPS: f32 = 1e-5;
+
+/// Reusable buffers for one forward pass of up to `max_seq_len` tokens.
+#[derive(Debug, Clone)]
+pub struct Scratch {
+    x: Vec<f32>,
+    h: Vec<f32>,
+    qkv: Vec<f32>,
+    ctx: Vec<f32>,
+    ff: Vec<f32>,
+    q: Vec<i16>,
+    inv_s: Vec<f32>,
+    acc: Vec<i32>,
+    scores: Vec<f32>,
+    pooled: Vec<f32>,
+    tmp: Vec<f32>,
+}
+
+impl Scratch {
+    /// Buffers for `w`'s shape, sized for up to 128 tokens (they grow on demand, once, for
+    /// models that accept more).
+    #[must_use]
+    pub fn new(w: &Weights) -> Self {
+        let mut s = Self {
+            x: Vec::new(),
+            h: Vec::new(),
+            qkv: Vec::new(),
+            ctx: Vec::new(),
+            ff: Vec::new(),
+            q: Vec::new(),
+            inv_s: Vec::new(),
+            acc: Vec::new(),
+            scores: Vec::new(),
+            pooled: Vec::new(),
+            tmp: Vec::new(),
+        };
+        s.reserve(w, usize::from(w.config.max_seq_len).min(128));
+        s
+    }
+
+    /// Makes every buffer large enough for `t` tokens.
+    fn reserve(&mut self, w: &Weights, t: usize) {
+        if self.inv_s.len() >= t {
+            return;
+        }
+        let c = &w.config;
+        let d = usize::from(c.d_model);
+        let f = usize::from(c.ffn_dim);
+        self.x.resize(t * d, 0.0);
+        self.h.resize(t * d, 0.0);
+        self.qkv.resize(t * 3 * d, 0.0);
+        self.ctx.resize(t * d, 0.0);
+        self.ff.resize(t * f, 0.0);
+        self.q.resize(t * padded(d.max(f)), 0);
+        self.inv_s.resize(t, 0.0);
+        self.acc.resize(t * (3 * d).max(f), 0);
+        self.scores.resize(t, 0.0);
+        self.pooled.resize(d, 0.0);
+        self.tmp.resize(d.max(f), 0.0);
+    }
+}
+
+/// Layer norm of one row into `out`; statistics summed in f64.
+fn layer_norm(x: &[f32], w: Option<(&[f32], &[f32])>, out: &mut [f32]) {
+    let n = x.len() as f64;
+    let mean = x.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+    let var = x
+        .iter()
+        .map(|&v| {
+            let d = f64::from(v) - mean;
+            d * d
+        })
+        .sum::<f64>()
+        / n;
+    let inv = (1.0 / (var + f64::from(LN_EPS)).sqrt()) as f32;
+    let mean = mean as f32;
+    match w {
+        Some((g, b)) => {
+            for i in 0..x.len() {
+                out[i] = (x[i] - mean) * inv * g[i] + b[i];
+            }
+        }
+        None => {
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = (v - mean) * inv;
+            }
+        }
+    }
+}
+
+/// Parameter-free LN and absmax quantisation of one row; returns `1/s`.
+fn quantize_row(x: &[f32], tmp: &mut [f32], q: &mut [i16]) -> f32 {
+    let n = x.len();
+    layer_norm(x, None, &mut tmp[..n]);
+    let max = tmp[..n].iter().fold(0f32, |m, v| m.max(v.abs()));
+    let s = 128.0 / max.max(1e-5);
+    for (qi, &v) in q[..n].iter_mut().zip(&tmp[..n]) {
+        *qi = (v * s).round().clamp(-128.0, 127.0) as i16;
+    }
+    q[n..].fill(0);
+    1.0 / s
+}
+
+/// BitLinear over `n` rows of `input` (row length `m.cols`): writes `n × m.rows` into `out`.
+fn bit_linear(
+    kernel: Kernel,
+    m: &BitMatrix,
+    input: &[f32],
+    n: usize,
+    s: &mut QuantBufs<'_>,
+    out: &mut [f32],
+) {
+    let (cols, stride, rows) = (m.cols, m.stride, m.rows);
+    for t in 0..n {
+        s.inv_s[t] = quantize_row(
+            &input[t * cols..(t + 1) * cols],
+            s.tmp,
+            &mut s.q[t * stride..(t + 1) * stride],
+        );
+    }
+    kernel.matmul(&m.w, rows, s.q, n, stride, s.acc);
+    for t in 0..n {
+        let inv_s = s.inv_s[t];
+        let acc = &s.acc[t * rows..(t + 1) * rows];
+        let o = &mut out[t * rows..(t + 1) * rows];
+        for r in 0..rows {
+            o[r] = (acc[r] as f32 + m.bias[r]) / m.w_scale[r] * inv_s;
+        }
+    }
+}
+
+/// The quantisation buffers of [`Scratch`], borrowed apart from the float ones.
+struct QuantBufs<'a> {
+    q: &'a mut [i16],
+    inv_s: &'a mut [f32],
+    acc: &'a mut [i32],
+    tmp: &'a mut [f32],
+}
+
+/// `0.5·x·(1 + erf(x/√2))`.
+#[inline]
+fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// Runs the model on `ids` (1 ≤ len ≤ `max_seq_len`, every id < `vocab_size`) and writes the
+/// L2-normalised output vector into `out[..output_dim]`.
+pub fn forward(w: &Weights, kernel: Kernel, ids: &[u32], sc: &mut Scratch, out: &mut [f32]) {
+    let c = &w.config;
+    let d = usize::from(c.d_model);
+    let f = usize::from(c.ffn_dim);
+    let n = ids.len();
+    let heads = usize::from(c.n_heads);
+    let dh = c.d_head();
+    sc.reserve(w, n);
+    let Scratch {
+        x,
+        h,
+        qkv,
+        ctx,
+        ff,
+        q,
+        inv_s,
+        acc,
+        scores,
+        pooled,
+        tmp,
+    } = sc;
+    let mut qb = QuantBufs { q, inv_s, acc, tmp };
+    for (t, &id) in ids.iter().enumerate() {
+        w.embeddings
+            .row_into(id as usize, &mut x[t * d..(t + 1) * d]);
+    }
+    let scale = 1.0 / (dh as f32).sqrt();
+    for layer in &w.layers {
+        // Attention block.
+        for t in 0..n {
+            layer_norm(
+                &x[t * d..(t + 1) * d],
+                Some((&layer.ln1_w, &layer.ln1_b)),
+                &mut h[t * d..(t + 1) * d],
+            );
+        }
+        bit_linear(kernel, &layer.qkv, h, n, &mut qb, qkv);
+        let row = 3 * d;
+        for hd in 0..heads {
+            let (qo, ko, vo) = (hd * dh, d + hd * dh, 2 * d + hd * dh);
+            for i in 0..n {
+                let qi = &qkv[i * row + qo..i * row + qo + dh];
+                let mut max = f32::NEG_INFINITY;
+                for j in 0..n {
+                    let kj = &qkv[j * row + ko..j * row + ko + dh];
+                    let sc = scalar::dot_f32(qi, kj) * scale;
+                    scores[j] = sc;
+                    max = max.max(sc);
+                }
+                let mut sum = 0f32;
+                for sj in scores[..n].iter_mut() {
+                    *sj = (*sj - max).exp();
+                    sum += *sj;
+                }
+                let inv = 1.0 / sum;
+                let ci = &mut ctx[i * d + qo..i * d + qo + dh];
+                ci.fill(0.0);
+                for j in 0..n {
+                    let vj = &qkv[j * row + vo..j * row + vo + dh];
+                    scalar::axpy(scores[j] * inv, vj, ci);
+                }
+            }
+        }
+        bit_linear(kernel, &layer.out, ctx, n, &mut qb, h);
+        for (xi, hi) in x[..n * d].iter_mut().zip(&h[..n * d]) {
+            *xi += hi;
+        }
+        // FFN block.
+        for t in 0..n {
+            layer_norm(
+                &x[t * d..(t + 1) * d],
+                Some((&layer.ln2_w, &layer.ln2_b)),
+                &mut h[t * d..(t + 1) * d],
+            );
+        }
+        bit_linear(kernel, &layer.fc1, h, n, &mut qb, ff);
+        for v in ff[..n * f].iter_mut() {
+            *v = gelu(*v);
+        }
+        bit_linear(kernel, &layer.fc2, ff, n, &mut qb, h);
+        for (xi, hi) in x[..n * d].iter_mut().zip(&h[..n * d]) {
+            *xi += hi;
+        }
+    }
+    // Final LN and mean pool.
+    pooled.fill(0.0);
+    for t in 0..n {
+        layer_norm(
+            &x[t * d..(t + 1) * d],
+            Some((&w.lnf_w, &w.lnf_b)),
+            &mut h[..d],
+        );
+        for (p, v) in pooled.iter_mut().zip(&h[..d]) {
+            *p += v;
+        }
+    }
+    let inv_n = 1.0 / n as f32;
+    for p in pooled.iter_mut() {
+        *p *= inv_n;
+    }
+    let o = usize::from(c.output_dim);
+    let out = &mut out[..o];
+    for (r, v) in out.iter_mut().enumerate() {
+        *v = scalar::dot_f32(&w.proj_w[r * d..(r + 1) * d], pooled) + w.proj_b[r];
+    }
+    let norm = out.iter().map(|v| v * v).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        for v in out.iter_mut() {
+            *v /= norm;
+        }
+    }
+}

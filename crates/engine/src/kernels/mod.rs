@@ -1,0 +1,149 @@
+//! Integer matrix kernels for BitLinear, one file per instruction set.
+//!
+//! Every kernel computes the same thing, exactly (integer arithmetic, no rounding):
+//!
+//! `acc[t·rows + r] = Σ_k q[t·stride + k] · w[r·stride + k]`
+//!
+//! for `rows` ternary weight rows `w` (`i8` in {−1, 0, +1}) and `n_tokens` quantised activation rows
+//! `q` (`i16` in −128..=127), both zero padded to `stride` (a multiple of
+//! [`crate::model::ROW_ALIGN`]). Each weight row is loaded once per block of four tokens.
+//!
+//! - [`scalar`]: the reference, plain Rust.
+//! - `simd128` (wasm32 with `+simd128`): `i16x8.load8x8_s` + `i32x4.dot_i16x8_s`.
+//! - `avx2` (x86-64, chosen at run time with `is_x86_feature_detected!`): `vpmovsxbw` + `vpmaddwd`.
+
+pub mod scalar;
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub mod simd128;
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx2;
+
+/// Which implementation runs the integer matrix products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Kernel {
+    /// Portable reference.
+    Scalar,
+    /// wasm32 `simd128`.
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    Simd128,
+    /// x86-64 AVX2 (only constructed after run-time detection).
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+}
+
+impl Kernel {
+    /// The fastest kernel this build and this CPU support.
+    #[must_use]
+    pub fn best() -> Self {
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        return Self::Simd128;
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return Self::Avx2;
+        }
+        #[allow(unreachable_code)]
+        Self::Scalar
+    }
+
+    /// Every kernel usable here (the scalar one first).
+    #[must_use]
+    pub fn available() -> Vec<Self> {
+        let mut v = vec![Self::Scalar];
+        if Self::best() != Self::Scalar {
+            v.push(Self::best());
+        }
+        v
+    }
+
+    /// Short name: `scalar`, `simd128`, `avx2`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Scalar => "scalar",
+            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+            Self::Simd128 => "simd128",
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx2 => "avx2",
+        }
+    }
+
+    /// Runs the product described in the module docs.
+    ///
+    /// # Panics
+    /// When `stride` is not a multiple of 32 or a slice is shorter than the shape says.
+    pub fn matmul(
+        self,
+        w: &[i8],
+        rows: usize,
+        q: &[i16],
+        n_tokens: usize,
+        stride: usize,
+        acc: &mut [i32],
+    ) {
+        assert!(stride % 32 == 0, "stride {stride} is not a multiple of 32");
+        assert!(w.len() >= rows * stride, "weights too short");
+        assert!(q.len() >= n_tokens * stride, "activations too short");
+        assert!(acc.len() >= n_tokens * rows, "accumulators too short");
+        match self {
+            Self::Scalar => scalar::matmul(w, rows, q, n_tokens, stride, acc),
+            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+            Self::Simd128 => simd128::matmul(w, rows, q, n_tokens, stride, acc),
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Avx2` is only returned by `best()` after `is_x86_feature_detected!("avx2")`,
+            // and the shape was checked above.
+            Self::Avx2 => unsafe { avx2::matmul(w, rows, q, n_tokens, stride, acc) },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::Rng;
+
+    #[test]
+    fn every_kernel_matches_scalar_exactly() {
+        let mut rng = Rng::new(7);
+        for case in 0..60 {
+            let stride = 32 * (1 + rng.below(8));
+            let rows = 1 + rng.below(40);
+            let n_tokens = 1 + rng.below(19);
+            let w: Vec<i8> = (0..rows * stride).map(|_| rng.below(3) as i8 - 1).collect();
+            let q: Vec<i16> = (0..n_tokens * stride)
+                .map(|i| {
+                    // Many extremes: −128 and 127 are where overflow bugs would show.
+                    match (i + case) % 5 {
+                        0 => -128,
+                        1 => 127,
+                        _ => rng.below(256) as i16 - 128,
+                    }
+                })
+                .collect();
+            let mut want = vec![0i32; n_tokens * rows];
+            scalar::matmul(&w, rows, &q, n_tokens, stride, &mut want);
+            // Spot-check the reference itself.
+            let naive: i32 = (0..stride).map(|k| i32::from(q[k]) * i32::from(w[k])).sum();
+            assert_eq!(want[0], naive);
+            for k in Kernel::available() {
+                let mut got = vec![0i32; n_tokens * rows];
+                k.matmul(&w, rows, &q, n_tokens, stride, &mut got);
+                assert_eq!(got, want, "kernel {} case {case}", k.name());
+            }
+        }
+    }
+
+    #[test]
+    fn worst_case_accumulators_do_not_overflow() {
+        let stride = 65536 / 32 * 32;
+        let w = vec![-1i8; stride];
+        let q = vec![-128i16; stride];
+        for k in Kernel::available() {
+            let mut acc = [0i32];
+            k.matmul(&w, 1, &q, 1, stride, &mut acc);
+            assert_eq!(acc[0], 128 * stride as i32, "kernel {}", k.name());
+        }
+    }
+}

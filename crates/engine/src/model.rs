@@ -1,0 +1,141 @@
+//! The model's weights as the forward pass uses them: laid out once at load time.
+//!
+//! Ternary matrices are unpacked to one `i8` per weight (−1, 0, +1), each row padded with zeros to a
+//! multiple of [`ROW_ALIGN`] so that every SIMD kernel reads whole vectors. Q, K and V share one
+//! matrix of `3·D` rows (they read the same quantised input), each row carrying its own scale.
+
+use crate::format::{Config, EmbeddingFormat};
+
+/// Rows of an unpacked ternary matrix (and quantised activations) are padded to this many elements.
+pub const ROW_ALIGN: usize = 32;
+
+/// Rounds `n` up to a multiple of [`ROW_ALIGN`].
+#[must_use]
+pub fn padded(n: usize) -> usize {
+    n.div_ceil(ROW_ALIGN) * ROW_ALIGN
+}
+
+/// A BitLinear layer: ternary weights `[rows × cols]`, a scale and a bias per output row.
+#[derive(Debug, Clone)]
+pub struct BitMatrix {
+    /// Output rows.
+    pub rows: usize,
+    /// Input columns (before padding).
+    pub cols: usize,
+    /// Row stride in `w`: `padded(cols)`.
+    pub stride: usize,
+    /// `rows × stride` weights in {−1, 0, +1}, zero padded.
+    pub w: Vec<i8>,
+    /// The matrix's `w_scale`, per row (Q, K, V rows keep their own matrix's scale).
+    pub w_scale: Vec<f32>,
+    /// Bias per row (zero where the file has none).
+    pub bias: Vec<f32>,
+}
+
+/// The token embedding table, kept in its file encoding and decoded one row at a time.
+#[derive(Debug, Clone)]
+pub struct Embeddings {
+    /// Storage format.
+    pub format: EmbeddingFormat,
+    /// Row length `D`.
+    pub dim: usize,
+    /// Codes as in the file (fp32: the little-endian floats already decoded into `values`).
+    pub codes: Vec<u8>,
+    /// fp32 tables only: `V·D` values.
+    pub values: Vec<f32>,
+    /// Quantised tables only: one scale per row.
+    pub scales: Vec<f32>,
+}
+
+impl Embeddings {
+    /// Writes row `id` (value = code × row scale) into `out[..dim]`.
+    pub fn row_into(&self, id: usize, out: &mut [f32]) {
+        let d = self.dim;
+        let out = &mut out[..d];
+        match self.format {
+            EmbeddingFormat::Fp32 => out.copy_from_slice(&self.values[id * d..(id + 1) * d]),
+            EmbeddingFormat::Int8 => {
+                let s = self.scales[id];
+                for (o, &c) in out.iter_mut().zip(&self.codes[id * d..(id + 1) * d]) {
+                    *o = f32::from(c as i8) * s;
+                }
+            }
+            EmbeddingFormat::Ternary => {
+                let s = self.scales[id];
+                let bytes = &self.codes[id * d / 4..(id + 1) * d / 4];
+                for (o4, &b) in out.chunks_exact_mut(4).zip(bytes) {
+                    for (k, o) in o4.iter_mut().enumerate() {
+                        *o = f32::from(ternary_code(b >> (2 * k))) * s;
+                    }
+                }
+            }
+            EmbeddingFormat::Int4 => {
+                let s = self.scales[id];
+                let bytes = &self.codes[id * d / 2..(id + 1) * d / 2];
+                for (o2, &b) in out.chunks_exact_mut(2).zip(bytes) {
+                    o2[0] = f32::from(int4_code(b)) * s;
+                    o2[1] = f32::from(int4_code(b >> 4)) * s;
+                }
+            }
+        }
+    }
+}
+
+/// The value of a 2-bit ternary code in the low bits of `b` (`00`=0, `01`=+1, `10`=−1; the
+/// reserved `11` is rejected at load time and reads as 0 here).
+#[inline]
+#[must_use]
+pub fn ternary_code(b: u8) -> i8 {
+    match b & 3 {
+        1 => 1,
+        2 => -1,
+        _ => 0,
+    }
+}
+
+/// The two's-complement value of the low nibble of `b`.
+#[inline]
+#[must_use]
+pub fn int4_code(b: u8) -> i8 {
+    (((b & 0x0F) << 4) as i8) >> 4
+}
+
+/// One transformer layer.
+#[derive(Debug, Clone)]
+pub struct Layer {
+    /// Attention pre-LN weight and bias.
+    pub ln1_w: Vec<f32>,
+    /// Attention pre-LN bias.
+    pub ln1_b: Vec<f32>,
+    /// Q, K and V stacked: `3·D` rows.
+    pub qkv: BitMatrix,
+    /// Attention output projection.
+    pub out: BitMatrix,
+    /// FFN pre-LN weight.
+    pub ln2_w: Vec<f32>,
+    /// FFN pre-LN bias.
+    pub ln2_b: Vec<f32>,
+    /// FFN up projection `[F × D]`.
+    pub fc1: BitMatrix,
+    /// FFN down projection `[D × F]`.
+    pub fc2: BitMatrix,
+}
+
+/// Everything the forward pass reads.
+#[derive(Debug, Clone)]
+pub struct Weights {
+    /// The header.
+    pub config: Config,
+    /// Token embeddings.
+    pub embeddings: Embeddings,
+    /// Transformer layers.
+    pub layers: Vec<Layer>,
+    /// Final LN weight.
+    pub lnf_w: Vec<f32>,
+    /// Final LN bias.
+    pub lnf_b: Vec<f32>,
+    /// Projection `[O × D]`, fp32 row-major.
+    pub proj_w: Vec<f32>,
+    /// Projection bias `[O]`.
+    pub proj_b: Vec<f32>,
+}
