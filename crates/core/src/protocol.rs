@@ -1,1 +1,626 @@
 //! The HTTP protocol types shared by the server and the worker.
+//!
+//! Every body is JSON. Times are Unix milliseconds (`u64`). Vectors are [`Vector`]s: base64 of
+//! little-endian `f32` bytes (see [`crate::codec`]). Optional fields may be omitted on input and
+//! are omitted on output when empty. `docs/protocol.md` walks through the routes; this module is
+//! the source of truth for the shapes.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::codec::Vector;
+
+/// Default number of jobs a claim asks for.
+pub const DEFAULT_CLAIM_MAX: u32 = 1;
+
+fn default_claim_max() -> u32 {
+    DEFAULT_CLAIM_MAX
+}
+
+fn default_true() -> bool {
+    true
+}
+
+// ----------------------------------------------------------------------------------------------
+// Enqueue
+// ----------------------------------------------------------------------------------------------
+
+/// One job as a producer submits it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewJob {
+    /// Job id; defaults to [`crate::keys::job_id`] of (model id, text) so duplicates collapse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The text to embed.
+    pub text: String,
+    /// Model the vector must come from; defaults to the server's model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_id: Option<String>,
+    /// Higher is claimed first (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// Do not deliver before this many milliseconds have passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+    /// Opaque producer data, returned with the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Value>,
+}
+
+impl NewJob {
+    /// A job with only its text set.
+    pub fn text(text: impl Into<String>) -> Self {
+        NewJob {
+            id: None,
+            text: text.into(),
+            model_id: None,
+            priority: None,
+            delay_ms: None,
+            meta: None,
+        }
+    }
+}
+
+/// `POST /v1/jobs` body: one job, or `{ "jobs": [...] }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum EnqueueRequest {
+    /// A batch.
+    Batch {
+        /// The jobs, in order.
+        jobs: Vec<NewJob>,
+    },
+    /// A single job.
+    One(NewJob),
+}
+
+impl EnqueueRequest {
+    /// The jobs, in submission order.
+    pub fn into_jobs(self) -> Vec<NewJob> {
+        match self {
+            EnqueueRequest::Batch { jobs } => jobs,
+            EnqueueRequest::One(job) => vec![job],
+        }
+    }
+}
+
+/// What happened to one submitted job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enqueued {
+    /// The job's id (given or derived).
+    pub id: String,
+    /// `false` when a job with this id already existed (in any state, done included): nothing changed.
+    pub new: bool,
+}
+
+/// `POST /v1/jobs` response, one entry per submitted job, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnqueueResponse {
+    /// Per-job outcome.
+    pub jobs: Vec<Enqueued>,
+}
+
+// ----------------------------------------------------------------------------------------------
+// Claim, heartbeat, ack, nack
+// ----------------------------------------------------------------------------------------------
+
+/// `POST /v1/jobs/claim` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimRequest {
+    /// Worker name, for logs, metrics and attempt history.
+    pub worker: String,
+    /// Most jobs to hand out (the worker's free in-flight slots).
+    #[serde(default = "default_claim_max")]
+    pub max: u32,
+    /// Long-poll: wait up to this long for work when none is ready (0 = answer at once).
+    #[serde(default)]
+    pub wait_ms: u64,
+}
+
+/// A lease on a job: proof of ownership until `expires_at`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// Random token; heartbeat, ack and nack must present it.
+    pub token: String,
+    /// Monotonically increasing fencing number (never reused, across restarts).
+    pub fence: u64,
+    /// The job is re-delivered to someone else after this time unless heartbeated.
+    pub expires_at: u64,
+}
+
+/// A job handed to a worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClaimedJob {
+    /// Job id.
+    pub id: String,
+    /// Text to embed.
+    pub text: String,
+    /// Model the vector must come from.
+    pub model_id: String,
+    /// 1 for the first delivery, 2 for the second, …
+    pub attempt: u32,
+    /// W3C `traceparent` for this delivery (same trace id for every attempt of a job).
+    pub traceparent: String,
+    /// The lease.
+    pub lease: Lease,
+    /// Producer data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Value>,
+}
+
+/// `POST /v1/jobs/claim` response (empty when the wait ran out).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClaimResponse {
+    /// Claimed jobs.
+    pub jobs: Vec<ClaimedJob>,
+}
+
+/// `POST /v1/jobs/{id}/heartbeat` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatRequest {
+    /// The lease token.
+    pub token: String,
+}
+
+/// `POST /v1/jobs/{id}/heartbeat` response: the extended lease (same token and fence).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatResponse {
+    /// The lease, with its new expiry.
+    pub lease: Lease,
+}
+
+/// Where a vector came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResultSource {
+    /// Computed by the engine inside the worker.
+    Engine,
+    /// Computed by the server (`POST /v1/embed`).
+    Backend,
+    /// Found in the worker's local cache.
+    Local,
+    /// Found in the remote cache.
+    Remote,
+}
+
+/// A finished job's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobResult {
+    /// Model that produced the vector.
+    pub model_id: String,
+    /// The embedding.
+    pub vector: Vector,
+    /// Where it came from.
+    pub source: ResultSource,
+}
+
+/// `POST /v1/jobs/{id}/ack` body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AckRequest {
+    /// The lease token.
+    pub token: String,
+    /// The result.
+    pub result: JobResult,
+}
+
+/// A worker-reported failure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobError {
+    /// Short machine-readable code (`engine_failed`, `lease_expired`, …).
+    pub code: String,
+    /// Human-readable detail.
+    pub message: String,
+    /// `false` sends the job straight to the dead-letter queue.
+    #[serde(default = "default_true")]
+    pub retryable: bool,
+}
+
+/// `POST /v1/jobs/{id}/nack` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NackRequest {
+    /// The lease token.
+    pub token: String,
+    /// Why.
+    pub error: JobError,
+}
+
+/// One delivery of a job that did not end in success.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// Attempt number (1-based).
+    pub attempt: u32,
+    /// Worker that held the lease.
+    pub worker: String,
+    /// When the lease was granted.
+    pub leased_at: u64,
+    /// When it ended (nack or expiry).
+    pub ended_at: u64,
+    /// The error (a `lease_expired` error for an expired lease).
+    pub error: JobError,
+}
+
+/// A job's state, as `GET /v1/jobs/{id}` reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "lowercase")]
+pub enum JobState {
+    /// Waiting to be claimed (at or after `available_at`).
+    Queued {
+        /// Earliest delivery time.
+        available_at: u64,
+    },
+    /// Held by a worker.
+    Leased {
+        /// Lease expiry.
+        expires_at: u64,
+        /// Worker holding it.
+        worker: String,
+    },
+    /// Finished.
+    Done {
+        /// The result.
+        result: JobResult,
+    },
+    /// Dead-lettered.
+    Dead {
+        /// The last error.
+        error: JobError,
+        /// Every failed attempt.
+        history: Vec<Attempt>,
+    },
+}
+
+/// `GET /v1/jobs/{id}` response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobStatus {
+    /// Job id.
+    pub id: String,
+    /// Deliveries so far.
+    pub attempt: u32,
+    /// State.
+    #[serde(flatten)]
+    pub state: JobState,
+}
+
+/// `POST /v1/jobs/{id}/nack` response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "lowercase")]
+pub enum NackResponse {
+    /// Re-delivered at or after `available_at`.
+    Retry {
+        /// Earliest re-delivery.
+        available_at: u64,
+    },
+    /// Moved to the dead-letter queue.
+    Dead,
+}
+
+/// `POST /v1/jobs/{id}/ack` response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AckResponse {
+    /// Job id.
+    pub id: String,
+    /// `false` when this was a repeated ack by the same lease holder (idempotent).
+    pub first: bool,
+}
+
+/// The submitted job, as kept in the dead-letter queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSpec {
+    /// Job id.
+    pub id: String,
+    /// Text.
+    pub text: String,
+    /// Model.
+    pub model_id: String,
+    /// Priority.
+    pub priority: i32,
+    /// Producer data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Value>,
+}
+
+/// A dead letter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DlqEntry {
+    /// The job.
+    pub job: JobSpec,
+    /// The last error.
+    pub error: JobError,
+    /// Every failed attempt, oldest first.
+    pub history: Vec<Attempt>,
+    /// When it was dead-lettered.
+    pub dead_at: u64,
+}
+
+/// `GET /v1/dlq` response (oldest first).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DlqList {
+    /// Dead letters.
+    pub entries: Vec<DlqEntry>,
+}
+
+// ----------------------------------------------------------------------------------------------
+// Cache and locks
+// ----------------------------------------------------------------------------------------------
+
+/// A remote cache entry (`GET /v1/cache/{key}` response; `PUT` conflict body).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CacheEntry {
+    /// Model that produced the vector.
+    pub model_id: String,
+    /// The vector.
+    pub vector: Vector,
+    /// Fence of the lock holder that wrote it.
+    pub fence: u64,
+    /// Expiry (TTL with jitter applied).
+    pub expires_at: u64,
+}
+
+/// `PUT /v1/cache/{key}` body. Refused with 409 when the stored entry has a newer fence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CachePut {
+    /// Model that produced the vector.
+    pub model_id: String,
+    /// The vector.
+    pub vector: Vector,
+    /// The writer's fence (from its lock grant).
+    pub fence: u64,
+    /// Requested TTL; the server clamps it and adds jitter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+}
+
+/// `POST /v1/locks/{key}` body (may be empty).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockRequest {
+    /// Requested TTL; the server clamps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+}
+
+/// A lock grant (acquire and renew responses).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockGrant {
+    /// Random token; renew and release must present it.
+    pub token: String,
+    /// Fencing number; pass it to `PUT /v1/cache/{key}`.
+    pub fence: u64,
+    /// The lock frees itself at this time unless renewed.
+    pub expires_at: u64,
+}
+
+/// `POST /v1/locks/{key}/renew` and `DELETE /v1/locks/{key}` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockToken {
+    /// The grant's token.
+    pub token: String,
+    /// New TTL (renew only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+}
+
+// ----------------------------------------------------------------------------------------------
+// Embed
+// ----------------------------------------------------------------------------------------------
+
+/// `POST /v1/embed` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EmbedRequest {
+    /// Texts to embed.
+    pub texts: Vec<String>,
+}
+
+/// `POST /v1/embed` response, one vector per text, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EmbedResponse {
+    /// The server's model id.
+    pub model_id: String,
+    /// Vectors.
+    pub vectors: Vec<Vector>,
+}
+
+// ----------------------------------------------------------------------------------------------
+// Errors, events, metrics
+// ----------------------------------------------------------------------------------------------
+
+/// The error body every non-2xx response carries: `{ "error": { "code", "message" } }`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// Inside [`ErrorBody`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// Machine-readable code (`bad_request`, `lease_lost`, `queue_full`, …).
+    pub code: String,
+    /// Human-readable detail.
+    pub message: String,
+}
+
+/// `jobs` SSE event data: work is available.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobsEvent {
+    /// Jobs ready to claim when the event was sent.
+    pub depth: u64,
+}
+
+/// `invalidate` SSE event data: drop these cache keys locally.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvalidateEvent {
+    /// Cache keys.
+    pub keys: Vec<String>,
+}
+
+/// An SSE event: the variant name is the SSE `event:` field, the content its `data:` JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", content = "data", rename_all = "lowercase")]
+pub enum ServerEvent {
+    /// Work available.
+    Jobs(JobsEvent),
+    /// Cache keys to drop.
+    Invalidate(InvalidateEvent),
+}
+
+impl ServerEvent {
+    /// The SSE `event:` name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ServerEvent::Jobs(_) => "jobs",
+            ServerEvent::Invalidate(_) => "invalidate",
+        }
+    }
+
+    /// The SSE `data:` JSON.
+    pub fn data_json(&self) -> String {
+        let r = match self {
+            ServerEvent::Jobs(e) => serde_json::to_string(e),
+            ServerEvent::Invalidate(e) => serde_json::to_string(e),
+        };
+        r.unwrap_or_else(|_| "{}".to_owned())
+    }
+}
+
+/// `POST /v1/metrics` body: a worker's metrics snapshot (cumulative counters, current gauges).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkerMetrics {
+    /// Worker id.
+    pub worker: String,
+    /// Monotonic counters (`jobs_done`, `cache_hits_local`, …).
+    #[serde(default)]
+    pub counters: BTreeMap<String, u64>,
+    /// Gauges (`in_flight`, `breaker_open`, …).
+    #[serde(default)]
+    pub gauges: BTreeMap<String, f64>,
+}
+
+/// Queue depth by state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueDepth {
+    /// Claimable now.
+    pub ready: u64,
+    /// Waiting for a delay or a retry backoff.
+    pub delayed: u64,
+    /// Leased to workers.
+    pub leased: u64,
+    /// In the dead-letter queue.
+    pub dead: u64,
+}
+
+/// `GET /v1/stats` response.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Queue depth.
+    pub queue: QueueDepth,
+    /// Server counters since start (`jobs_enqueued`, `jobs_acked`, …).
+    pub counters: BTreeMap<String, u64>,
+    /// Jobs acked per second over the last minute.
+    pub ack_rate: f64,
+    /// Latest snapshot per worker.
+    pub workers: BTreeMap<String, WorkerMetrics>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn enqueue_accepts_one_or_batch() {
+        let one: EnqueueRequest = serde_json::from_value(json!({"text": "hi"})).unwrap();
+        assert_eq!(one.into_jobs(), vec![NewJob::text("hi")]);
+        let batch: EnqueueRequest =
+            serde_json::from_value(json!({"jobs": [{"text": "a", "priority": 2}, {"text": "b"}]}))
+                .unwrap();
+        let jobs = batch.into_jobs();
+        assert_eq!(jobs.len(), 2);
+        assert_eq!(jobs[0].priority, Some(2));
+        assert!(serde_json::from_value::<EnqueueRequest>(json!({"nope": 1})).is_err());
+    }
+
+    #[test]
+    fn claim_defaults() {
+        let c: ClaimRequest = serde_json::from_value(json!({"worker": "w"})).unwrap();
+        assert_eq!((c.max, c.wait_ms), (1, 0));
+    }
+
+    #[test]
+    fn ack_round_trip_and_source_names() {
+        let a = AckRequest {
+            token: "t".into(),
+            result: JobResult {
+                model_id: "m".into(),
+                vector: Vector(vec![1.0]),
+                source: ResultSource::Backend,
+            },
+        };
+        let v = serde_json::to_value(&a).unwrap();
+        assert_eq!(
+            v,
+            json!({"token": "t", "result": {"model_id": "m", "vector": "AACAPw==", "source": "backend"}})
+        );
+        assert_eq!(serde_json::from_value::<AckRequest>(v).unwrap(), a);
+    }
+
+    #[test]
+    fn job_status_is_tagged_by_state() {
+        let s = JobStatus {
+            id: "x".into(),
+            attempt: 1,
+            state: JobState::Queued { available_at: 5 },
+        };
+        assert_eq!(
+            serde_json::to_value(&s).unwrap(),
+            json!({"id": "x", "attempt": 1, "state": "queued", "available_at": 5})
+        );
+        let dead = JobStatus {
+            id: "x".into(),
+            attempt: 3,
+            state: JobState::Dead {
+                error: JobError {
+                    code: "c".into(),
+                    message: "m".into(),
+                    retryable: false,
+                },
+                history: vec![],
+            },
+        };
+        let v = serde_json::to_value(&dead).unwrap();
+        assert_eq!(v["state"], "dead");
+        assert_eq!(serde_json::from_value::<JobStatus>(v).unwrap(), dead);
+    }
+
+    #[test]
+    fn nack_error_retryable_defaults_true() {
+        let n: NackRequest =
+            serde_json::from_value(json!({"token": "t", "error": {"code": "c", "message": "m"}}))
+                .unwrap();
+        assert!(n.error.retryable);
+    }
+
+    #[test]
+    fn events() {
+        let e = ServerEvent::Jobs(JobsEvent { depth: 3 });
+        assert_eq!(e.name(), "jobs");
+        assert_eq!(e.data_json(), r#"{"depth":3}"#);
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(v, json!({"event": "jobs", "data": {"depth": 3}}));
+        assert_eq!(serde_json::from_value::<ServerEvent>(v).unwrap(), e);
+    }
+
+    #[test]
+    fn error_body_shape() {
+        let b = ErrorBody {
+            error: ErrorDetail {
+                code: "not_found".into(),
+                message: "no such job".into(),
+            },
+        };
+        assert_eq!(
+            serde_json::to_value(&b).unwrap(),
+            json!({"error": {"code": "not_found", "message": "no such job"}})
+        );
+    }
+}
