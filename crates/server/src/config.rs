@@ -1,0 +1,143 @@
+//! Server limits and queue policy. Every number here has a default that suits a single node; the
+//! CLI (`ternflow serve`) exposes the ones worth changing.
+
+/// Queue, cache, lock and HTTP limits.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Lease length handed out by claim and heartbeat (ms).
+    pub lease_ms: u64,
+    /// Deliveries before a job is dead-lettered.
+    pub max_attempts: u32,
+    /// First retry delay after a nack (ms); doubles per attempt.
+    pub backoff_base_ms: u64,
+    /// Longest retry delay (ms).
+    pub backoff_max_ms: u64,
+    /// Cache TTL when a `PUT` names none (ms).
+    pub cache_ttl_ms: u64,
+    /// Longest cache TTL (ms).
+    pub cache_ttl_max_ms: u64,
+    /// Jitter added to cache TTLs, as a fraction of the TTL (0.1 = up to +10 %).
+    pub cache_ttl_jitter: f64,
+    /// Lock TTL when an acquire names none (ms).
+    pub lock_ttl_ms: u64,
+    /// Longest lock TTL (ms).
+    pub lock_ttl_max_ms: u64,
+    /// Largest request body (bytes); larger bodies get 413.
+    pub max_body_bytes: usize,
+    /// Longest text in a job or an embed request (bytes); longer gets 413 `text_too_long`.
+    pub max_text_bytes: usize,
+    /// Most jobs in one enqueue request.
+    pub max_enqueue_batch: usize,
+    /// Most jobs one claim may ask for.
+    pub max_claim: u32,
+    /// Longest claim long-poll (ms).
+    pub max_wait_ms: u64,
+    /// Most texts in one embed request.
+    pub max_embed_texts: usize,
+    /// Most texts the embed batcher runs through the engine at once.
+    pub embed_batch: usize,
+    /// Embed requests waiting for the batcher before new ones get 429.
+    pub embed_queue: usize,
+    /// Events kept for `Last-Event-ID` resume.
+    pub event_ring: usize,
+    /// SSE keep-alive comment interval (ms).
+    pub keepalive_ms: u64,
+    /// Allowed CORS origins (exact match).
+    pub cors_origins: Vec<String>,
+    /// Also allow `http://localhost:*` and `http://127.0.0.1:*` (browser tests on random ports).
+    pub cors_allow_localhost: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            lease_ms: 30_000,
+            max_attempts: 5,
+            backoff_base_ms: 1_000,
+            backoff_max_ms: 60_000,
+            cache_ttl_ms: 24 * 3_600_000,
+            cache_ttl_max_ms: 30 * 24 * 3_600_000,
+            cache_ttl_jitter: 0.1,
+            lock_ttl_ms: 30_000,
+            lock_ttl_max_ms: 300_000,
+            max_body_bytes: 2 * 1024 * 1024,
+            max_text_bytes: 16 * 1024,
+            max_enqueue_batch: 1_000,
+            max_claim: 256,
+            max_wait_ms: 30_000,
+            max_embed_texts: 256,
+            embed_batch: 32,
+            embed_queue: 64,
+            event_ring: 1_024,
+            keepalive_ms: 15_000,
+            cors_origins: Vec::new(),
+            cors_allow_localhost: false,
+        }
+    }
+}
+
+impl Config {
+    /// Retry delay after the `attempt`-th delivery failed: `base · 2^(attempt-1)` capped at
+    /// `backoff_max_ms`, then "equal jitter" (uniform in `[d/2, d]`) so retries of a burst spread.
+    pub fn backoff_ms(&self, attempt: u32) -> u64 {
+        let exp = attempt.saturating_sub(1).min(30);
+        let d = self
+            .backoff_base_ms
+            .saturating_mul(1u64 << exp)
+            .min(self.backoff_max_ms);
+        let half = d / 2;
+        half + if half > 0 {
+            rand::random_range(0..=half)
+        } else {
+            0
+        }
+    }
+
+    /// A cache TTL: the request's (or the default), clamped, plus jitter.
+    pub fn cache_ttl(&self, requested: Option<u64>) -> u64 {
+        let ttl = requested
+            .unwrap_or(self.cache_ttl_ms)
+            .clamp(1, self.cache_ttl_max_ms);
+        let jitter = (ttl as f64 * self.cache_ttl_jitter.clamp(0.0, 1.0)) as u64;
+        ttl + if jitter > 0 {
+            rand::random_range(0..=jitter)
+        } else {
+            0
+        }
+    }
+
+    /// A lock TTL: the request's (or the default), clamped to `1..=lock_ttl_max_ms`.
+    pub fn lock_ttl(&self, requested: Option<u64>) -> u64 {
+        requested
+            .unwrap_or(self.lock_ttl_ms)
+            .clamp(1, self.lock_ttl_max_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_caps_and_jitters() {
+        let c = Config::default();
+        for _ in 0..100 {
+            let d1 = c.backoff_ms(1);
+            assert!((500..=1_000).contains(&d1), "{d1}");
+            let d3 = c.backoff_ms(3);
+            assert!((2_000..=4_000).contains(&d3), "{d3}");
+            let d20 = c.backoff_ms(20);
+            assert!((30_000..=60_000).contains(&d20), "{d20}");
+        }
+    }
+
+    #[test]
+    fn cache_ttl_has_bounded_jitter() {
+        let c = Config::default();
+        for _ in 0..100 {
+            let t = c.cache_ttl(Some(10_000));
+            assert!((10_000..=11_000).contains(&t));
+        }
+        assert!(c.cache_ttl(Some(u64::MAX)) <= c.cache_ttl_max_ms * 11 / 10);
+    }
+}

@@ -1,0 +1,224 @@
+//! Backend inference: the [`Embedder`] trait, the engine behind it, and the [`Batcher`] that
+//! gathers texts from concurrent requests into one engine call on a blocking thread.
+//!
+//! The batcher owns a bounded queue: a request that finds it full is refused at once with 429 and
+//! `Retry-After` instead of piling up. Batching is opportunistic: while one batch runs, new
+//! requests wait in the queue and are all taken (up to `embed_batch` texts) for the next one, so a
+//! lone request pays no batching delay.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use sha2::{Digest, Sha256};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+
+/// Something that turns texts into vectors, synchronously (it runs on a blocking thread).
+pub trait Embedder: Send + Sync + 'static {
+    /// The model id (16 hex digits of the model file's SHA-256).
+    fn model_id(&self) -> String;
+
+    /// One vector per text, in order.
+    ///
+    /// # Errors
+    /// A message when inference fails.
+    fn embed_batch(&self, texts: &[String]) -> std::result::Result<Vec<Vec<f32>>, String>;
+}
+
+/// The Ternlight engine, loaded from a TERN v1 model file.
+pub struct EngineEmbedder {
+    engine: std::sync::Mutex<ternflow_engine::Engine>,
+    model_id: String,
+}
+
+impl std::fmt::Debug for EngineEmbedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineEmbedder")
+            .field("model_id", &self.model_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EngineEmbedder {
+    /// The engine's output dimension.
+    pub fn dim(&self) -> usize {
+        self.engine.lock().map_or(0, |e| e.output_dim())
+    }
+
+    /// Loads a model from its bytes.
+    ///
+    /// # Errors
+    /// The engine's message when the file is not a valid model.
+    pub fn from_bytes(bytes: &[u8]) -> std::result::Result<Self, String> {
+        let engine = ternflow_engine::Engine::from_bytes(bytes).map_err(|e| e.to_string())?;
+        let model_id = engine.model_id().to_string();
+        Ok(EngineEmbedder {
+            engine: std::sync::Mutex::new(engine),
+            model_id,
+        })
+    }
+}
+
+impl Embedder for EngineEmbedder {
+    fn model_id(&self) -> String {
+        self.model_id.clone()
+    }
+
+    fn embed_batch(&self, texts: &[String]) -> std::result::Result<Vec<Vec<f32>>, String> {
+        let mut engine = self
+            .engine
+            .lock()
+            .map_err(|_| "engine poisoned by an earlier panic".to_owned())?;
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        Ok(engine.embed_batch(&refs))
+    }
+}
+
+/// A deterministic stand-in for tests and benchmarks: a unit vector derived from SHA-256 of the
+/// text, so equal texts get equal vectors.
+#[derive(Debug, Clone)]
+pub struct HashEmbedder {
+    /// Vector length.
+    pub dim: usize,
+    /// Reported model id.
+    pub model_id: String,
+}
+
+impl Default for HashEmbedder {
+    fn default() -> Self {
+        HashEmbedder {
+            dim: 8,
+            model_id: "00000000deadbeef".to_owned(),
+        }
+    }
+}
+
+impl Embedder for HashEmbedder {
+    fn model_id(&self) -> String {
+        self.model_id.clone()
+    }
+
+    fn embed_batch(&self, texts: &[String]) -> std::result::Result<Vec<Vec<f32>>, String> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let d = Sha256::digest(t.as_bytes());
+                let v: Vec<f32> = (0..self.dim)
+                    .map(|i| d[i % 32] as f32 - 127.5 + i as f32 * 0.01)
+                    .collect();
+                let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+                v.into_iter().map(|x| x / n).collect()
+            })
+            .collect())
+    }
+}
+
+struct Pending {
+    texts: Vec<String>,
+    reply: oneshot::Sender<std::result::Result<Vec<Vec<f32>>, String>>,
+}
+
+/// The embed batcher. Cheap to clone.
+#[derive(Clone)]
+pub struct Batcher {
+    tx: mpsc::Sender<Pending>,
+    model_id: String,
+}
+
+impl std::fmt::Debug for Batcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batcher")
+            .field("model_id", &self.model_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Batcher {
+    /// Starts the batching task: at most `max_batch` texts per engine call, at most `queue`
+    /// requests waiting.
+    pub fn start(
+        embedder: Arc<dyn Embedder>,
+        max_batch: usize,
+        queue: usize,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let (tx, mut rx) = mpsc::channel::<Pending>(queue.max(1));
+        let model_id = embedder.model_id();
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut n = first.texts.len();
+                let mut batch = vec![first];
+                while n < max_batch {
+                    match rx.try_recv() {
+                        Ok(p) => {
+                            n += p.texts.len();
+                            batch.push(p);
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let texts: Vec<String> = batch.iter().flat_map(|p| p.texts.clone()).collect();
+                let e = embedder.clone();
+                let started = Instant::now();
+                let out = tokio::task::spawn_blocking(move || e.embed_batch(&texts))
+                    .await
+                    .unwrap_or_else(|e| Err(format!("embed task failed: {e}")));
+                metrics.observe_embed(started.elapsed().as_secs_f64() * 1_000.0);
+                match out {
+                    Ok(vectors) if vectors.len() == n => {
+                        let mut it = vectors.into_iter();
+                        for p in batch {
+                            let mine: Vec<Vec<f32>> = it.by_ref().take(p.texts.len()).collect();
+                            let _ = p.reply.send(Ok(mine));
+                        }
+                    }
+                    Ok(v) => {
+                        let msg = format!("engine returned {} vectors for {n} texts", v.len());
+                        for p in batch {
+                            let _ = p.reply.send(Err(msg.clone()));
+                        }
+                    }
+                    Err(msg) => {
+                        for p in batch {
+                            let _ = p.reply.send(Err(msg.clone()));
+                        }
+                    }
+                }
+            }
+        });
+        Batcher { tx, model_id }
+    }
+
+    /// The model id.
+    pub fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    /// Embeds `texts`, sharing an engine call with concurrent requests.
+    ///
+    /// # Errors
+    /// [`Error::TooManyRequests`] when the queue is full; [`Error::Unavailable`] when inference
+    /// failed.
+    pub async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .try_send(Pending { texts, reply })
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => Error::TooManyRequests {
+                    message: "the embed queue is full".to_owned(),
+                    retry_after_s: 1,
+                },
+                mpsc::error::TrySendError::Closed(_) => {
+                    Error::Unavailable("the embed batcher stopped".to_owned())
+                }
+            })?;
+        rx.await
+            .map_err(|_| Error::Unavailable("the embed batcher stopped".to_owned()))?
+            .map_err(|m| {
+                tracing::error!(error = %m, "inference failed");
+                Error::Unavailable(format!("inference failed: {m}"))
+            })
+    }
+}

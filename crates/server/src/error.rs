@@ -1,0 +1,173 @@
+//! The crate's one error type, and its mapping to the protocol's error body and status.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong serving a request. Each variant maps to one HTTP status and a
+/// `{ "error": { "code", "message" } }` body; the detail of internal failures is logged, not sent.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// 400: the request is malformed or breaks a limit that is not about size.
+    #[error("{message}")]
+    BadRequest {
+        /// Machine-readable code.
+        code: &'static str,
+        /// Detail.
+        message: String,
+    },
+    /// 401: no token, or an unknown one.
+    #[error("missing or unknown bearer token")]
+    Unauthorized,
+    /// 403: the token's role may not use this route.
+    #[error("this route needs the {0} role")]
+    Forbidden(&'static str),
+    /// 404.
+    #[error("{0}")]
+    NotFound(String),
+    /// 409: lease lost, stale token, lock held, older fence. `body` adds fields to the error body
+    /// (the stored cache entry for a refused `PUT`); `retry_after_s` sets `Retry-After`.
+    #[error("{message}")]
+    Conflict {
+        /// Machine-readable code.
+        code: &'static str,
+        /// Detail.
+        message: String,
+        /// Extra top-level fields for the body.
+        body: Option<serde_json::Value>,
+        /// `Retry-After` hint in seconds.
+        retry_after_s: Option<u64>,
+    },
+    /// 413: body, text or batch too large.
+    #[error("{message}")]
+    TooLarge {
+        /// Machine-readable code (`too_large`, `text_too_long`, `batch_too_large`).
+        code: &'static str,
+        /// Detail.
+        message: String,
+    },
+    /// 429: a queue is full; retry after the hint.
+    #[error("{message}")]
+    TooManyRequests {
+        /// Detail.
+        message: String,
+        /// `Retry-After` in seconds.
+        retry_after_s: u64,
+    },
+    /// 503: the server cannot serve this now (no model loaded, shutting down). Transient.
+    #[error("{0}")]
+    Unavailable(String),
+    /// 503: the store failed (Redis down, disk error). Transient: retry with backoff.
+    #[error("store error: {0}")]
+    Store(String),
+}
+
+impl Error {
+    /// A 400 with `code`.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Error::BadRequest {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A 413 with `code`.
+    pub fn too_large(code: &'static str, message: impl Into<String>) -> Self {
+        Error::TooLarge {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A plain 409 with `code`.
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        Error::Conflict {
+            code,
+            message: message.into(),
+            body: None,
+            retry_after_s: None,
+        }
+    }
+
+    /// Whether retrying the same request later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::TooManyRequests { .. } | Error::Unavailable(_) | Error::Store(_)
+        )
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Error::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            Error::Unauthorized => StatusCode::UNAUTHORIZED,
+            Error::Forbidden(_) => StatusCode::FORBIDDEN,
+            Error::NotFound(_) => StatusCode::NOT_FOUND,
+            Error::Conflict { .. } => StatusCode::CONFLICT,
+            Error::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Error::Unavailable(_) | Error::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The body's `code`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::BadRequest { code, .. }
+            | Error::Conflict { code, .. }
+            | Error::TooLarge { code, .. } => code,
+            Error::Unauthorized => "unauthorized",
+            Error::Forbidden(_) => "forbidden",
+            Error::NotFound(_) => "not_found",
+            Error::TooManyRequests { .. } => "too_many_requests",
+            Error::Unavailable(_) => "unavailable",
+            Error::Store(_) => "store_unavailable",
+        }
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let message = match &self {
+            Error::Store(detail) => {
+                tracing::warn!(%detail, "store error");
+                "the store is unavailable; retry with backoff".to_owned()
+            }
+            other => other.to_string(),
+        };
+        let mut body = json!({ "error": { "code": self.code(), "message": message } });
+        let mut retry_after = None;
+        match self {
+            Error::Conflict {
+                body: Some(extra),
+                retry_after_s,
+                ..
+            } => {
+                if let (Some(obj), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+                    for (k, v) in extra {
+                        obj.insert(k.clone(), v.clone());
+                    }
+                }
+                retry_after = retry_after_s;
+            }
+            Error::Conflict { retry_after_s, .. } => retry_after = retry_after_s,
+            Error::TooManyRequests { retry_after_s, .. } => retry_after = Some(retry_after_s),
+            Error::Unavailable(_) | Error::Store(_) => retry_after = Some(1),
+            _ => {}
+        }
+        let mut resp = (status, Json(body)).into_response();
+        if let Some(s) = retry_after {
+            if let Ok(v) = HeaderValue::from_str(&s.max(1).to_string()) {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        resp
+    }
+}

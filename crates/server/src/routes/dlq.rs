@@ -1,0 +1,43 @@
+//! `GET /v1/dlq` and `POST /v1/dlq/{id}/redrive`.
+
+use axum::extract::{Path, Query, State};
+use serde::Deserialize;
+use ternflow_core::protocol::{DlqList, JobStatus};
+
+use super::jobs::{publish_depth, valid_id};
+use crate::error::{Error, Result};
+use crate::json::Json;
+use crate::state::AppState;
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ListQuery {
+    limit: Option<usize>,
+}
+
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<DlqList>> {
+    let limit = q.limit.unwrap_or(100).min(1_000);
+    Ok(Json(DlqList {
+        entries: state.store.dlq(limit).await?,
+    }))
+}
+
+pub(crate) async fn redrive(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<JobStatus>> {
+    valid_id(&id)?;
+    if !state.store.redrive(&id, state.now()).await? {
+        return Err(Error::NotFound(format!("no dead letter {id}")));
+    }
+    state.metrics.add(|c| &c.jobs_redriven, 1);
+    publish_depth(&state).await;
+    state
+        .store
+        .status(&id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| Error::NotFound(format!("no job {id}")))
+}

@@ -1,0 +1,58 @@
+//! `POST /v1/embed`: backend inference, batched across clients.
+
+use std::time::Instant;
+
+use axum::extract::State;
+use ternflow_core::protocol::{EmbedRequest, EmbedResponse, Vector};
+
+use crate::error::{Error, Result};
+use crate::json::Json;
+use crate::state::AppState;
+
+pub(crate) async fn embed(
+    State(state): State<AppState>,
+    Json(req): Json<EmbedRequest>,
+) -> Result<Json<EmbedResponse>> {
+    let Some(batcher) = state.embed.clone() else {
+        return Err(Error::Unavailable(
+            "no model is loaded on this server (start it with --model FILE)".to_owned(),
+        ));
+    };
+    let cfg = &state.config;
+    if req.texts.is_empty() {
+        return Err(Error::bad_request("empty_batch", "no texts to embed"));
+    }
+    if req.texts.len() > cfg.max_embed_texts {
+        return Err(Error::too_large(
+            "batch_too_large",
+            format!("at most {} texts per request", cfg.max_embed_texts),
+        ));
+    }
+    if req.texts.iter().any(|t| t.len() > cfg.max_text_bytes) {
+        return Err(Error::too_large(
+            "text_too_long",
+            format!("texts are limited to {} bytes", cfg.max_text_bytes),
+        ));
+    }
+    let n = req.texts.len() as u64;
+    let started = Instant::now();
+    let vectors = match batcher.embed(req.texts).await {
+        Ok(v) => v,
+        Err(e @ Error::TooManyRequests { .. }) => {
+            state.metrics.add(|c| &c.embed_rejected, 1);
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
+    state.metrics.add(|c| &c.embed_requests, 1);
+    state.metrics.add(|c| &c.embed_texts, n);
+    tracing::debug!(
+        texts = n,
+        ms = started.elapsed().as_millis() as u64,
+        "embedded"
+    );
+    Ok(Json(EmbedResponse {
+        model_id: batcher.model_id().to_owned(),
+        vectors: vectors.into_iter().map(Vector).collect(),
+    }))
+}

@@ -1,0 +1,70 @@
+//! `GET /v1/events`: Server-Sent Events (`jobs`, `invalidate`), resumable with `Last-Event-ID`.
+//!
+//! On connect the stream replays every event after `Last-Event-ID` (header, or `last_event_id`
+//! query parameter) still in the ring, then a fresh `jobs` event (no id) with the current depth,
+//! then live events. Keep-alive comments flow every `keepalive_ms`. The stream ends when the
+//! server shuts down (clients reconnect and resume).
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::stream::{self, Stream, StreamExt};
+use serde::Deserialize;
+use ternflow_core::protocol::{JobsEvent, ServerEvent};
+use tokio_stream::wrappers::{BroadcastStream, WatchStream};
+
+use crate::error::Result;
+use crate::state::AppState;
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct EventsQuery {
+    last_event_id: Option<u64>,
+}
+
+fn sse_event(id: Option<u64>, ev: &ServerEvent) -> Event {
+    let e = Event::default().event(ev.name()).data(ev.data_json());
+    match id {
+        Some(id) => e.id(id.to_string()),
+        None => e,
+    }
+}
+
+pub(crate) async fn events(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<EventsQuery>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    let last = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .or(q.last_event_id);
+    let (backlog, rx) = state.hub.subscribe_after(last);
+    let floor = backlog.last().map(|(id, _)| *id).or(last).unwrap_or(0);
+    let depth = state.store.depth(state.now()).await?.ready;
+    let hello = ServerEvent::Jobs(JobsEvent { depth });
+
+    let replay = stream::iter(
+        backlog
+            .into_iter()
+            .map(|(id, ev)| sse_event(Some(id), &ev))
+            .chain(std::iter::once(sse_event(None, &hello))),
+    );
+    let live = BroadcastStream::new(rx).filter_map(move |r| async move {
+        match r {
+            Ok((id, ev)) if id > floor => Some(sse_event(Some(id), &ev)),
+            _ => None,
+        }
+    });
+    let mut shutdown = WatchStream::new(state.shutdown_signal());
+    let stop = async move { while let Some(false) = shutdown.next().await {} };
+    let stream = replay.chain(live).map(Ok).take_until(stop);
+    Ok(Sse::new(stream).keep_alive(
+        KeepAlive::new()
+            .interval(Duration::from_millis(state.config.keepalive_ms))
+            .text("keep-alive"),
+    ))
+}

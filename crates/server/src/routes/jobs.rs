@@ -1,0 +1,312 @@
+//! `POST /v1/jobs`, `POST /v1/jobs/claim`, `GET /v1/jobs/{id}` and the lease operations
+//! (`heartbeat`, `ack`, `nack`).
+
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use ternflow_core::keys;
+use ternflow_core::protocol::{
+    AckRequest, AckResponse, ClaimRequest, ClaimResponse, EnqueueRequest, EnqueueResponse,
+    HeartbeatRequest, HeartbeatResponse, JobStatus, JobsEvent, NackRequest, NackResponse,
+    ServerEvent,
+};
+
+use crate::error::{Error, Result};
+use crate::json::Json;
+use crate::state::AppState;
+use crate::store::{AckOutcome, JobRecord, PRIORITY_RANGE};
+
+/// Longest `delay_ms` accepted (30 days).
+const MAX_DELAY_MS: u64 = 30 * 24 * 3_600_000;
+/// How often a long-poll re-checks for due delayed jobs and expired leases.
+const POLL_TICK: Duration = Duration::from_millis(250);
+
+pub(crate) fn valid_id(id: &str) -> Result<()> {
+    if keys::is_valid_key(id) {
+        Ok(())
+    } else {
+        Err(Error::bad_request(
+            "bad_id",
+            "ids and keys are 1–200 characters of [A-Za-z0-9-_.:]",
+        ))
+    }
+}
+
+fn trace_id_from(headers: &HeaderMap) -> String {
+    headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let parts: Vec<&str> = v.split('-').collect();
+            (parts.len() == 4
+                && parts[1].len() == 32
+                && parts[1].bytes().all(|b| b.is_ascii_hexdigit())
+                && parts[1] != "00000000000000000000000000000000")
+                .then(|| parts[1].to_ascii_lowercase())
+        })
+        .unwrap_or_else(|| format!("{:032x}", rand::random::<u128>().max(1)))
+}
+
+pub(crate) async fn publish_depth(state: &AppState) {
+    let now = state.now();
+    let depth = match state.store.depth(now).await {
+        Ok(d) => d.ready,
+        Err(e) => {
+            tracing::warn!(error = %e, "depth for jobs event");
+            return;
+        }
+    };
+    if let Err(e) = state
+        .store
+        .publish(ServerEvent::Jobs(JobsEvent { depth }))
+        .await
+    {
+        tracing::warn!(error = %e, "publish jobs event");
+    }
+}
+
+pub(crate) async fn enqueue(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Json(req): Json<EnqueueRequest>,
+) -> Result<Json<EnqueueResponse>> {
+    let jobs = req.into_jobs();
+    let cfg = &state.config;
+    if jobs.is_empty() {
+        return Err(Error::bad_request("empty_batch", "no jobs to enqueue"));
+    }
+    if jobs.len() > cfg.max_enqueue_batch {
+        return Err(Error::too_large(
+            "batch_too_large",
+            format!("at most {} jobs per request", cfg.max_enqueue_batch),
+        ));
+    }
+    let now = state.now();
+    let trace_id = trace_id_from(&headers);
+    let mut records = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        if j.text.len() > cfg.max_text_bytes {
+            return Err(Error::too_large(
+                "text_too_long",
+                format!("texts are limited to {} bytes", cfg.max_text_bytes),
+            ));
+        }
+        let model_id = j
+            .model_id
+            .unwrap_or_else(|| state.default_model_id.to_string());
+        if !model_id.is_empty() {
+            valid_id(&model_id)?;
+        }
+        let id = match j.id {
+            Some(id) => {
+                valid_id(&id)?;
+                id
+            }
+            None => keys::job_id(&model_id, &j.text),
+        };
+        let priority = j.priority.unwrap_or(0);
+        if !PRIORITY_RANGE.contains(&priority) {
+            return Err(Error::bad_request(
+                "bad_priority",
+                "priority must be within -1000..=1000",
+            ));
+        }
+        let delay = j.delay_ms.unwrap_or(0);
+        if delay > MAX_DELAY_MS {
+            return Err(Error::bad_request(
+                "bad_delay",
+                "delay_ms is at most 30 days",
+            ));
+        }
+        records.push(JobRecord {
+            id,
+            text: j.text,
+            model_id,
+            priority,
+            available_at: now + delay,
+            meta: j.meta,
+            trace_id: trace_id.clone(),
+        });
+    }
+    let out = state.store.enqueue(records, now).await?;
+    let new = out.iter().filter(|e| e.new).count() as u64;
+    state.metrics.add(|c| &c.jobs_enqueued, new);
+    state
+        .metrics
+        .add(|c| &c.jobs_duplicate, out.len() as u64 - new);
+    if new > 0 {
+        publish_depth(&state).await;
+    }
+    Ok(Json(EnqueueResponse { jobs: out }))
+}
+
+pub(crate) async fn claim(
+    State(state): State<AppState>,
+    Json(req): Json<ClaimRequest>,
+) -> Result<Json<ClaimResponse>> {
+    let cfg = state.config.clone();
+    if req.worker.is_empty() || req.worker.len() > 128 {
+        return Err(Error::bad_request("bad_worker", "worker is 1–128 bytes"));
+    }
+    if req.max == 0 || req.max > cfg.max_claim {
+        return Err(Error::bad_request(
+            "bad_max",
+            format!("max must be within 1..={}", cfg.max_claim),
+        ));
+    }
+    let wait = Duration::from_millis(req.wait_ms.min(cfg.max_wait_ms));
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut shutdown = state.shutdown_signal();
+    loop {
+        if state.is_shutting_down() {
+            return Err(Error::Unavailable("the server is shutting down".to_owned()));
+        }
+        // Register interest before looking, so an enqueue in between still wakes us.
+        let notified = state.hub.work_available();
+        let now = state.now();
+        let claimed = state
+            .store
+            .claim(&req.worker, req.max, cfg.lease_ms, cfg.max_attempts, now)
+            .await?;
+        let m = &state.metrics;
+        m.add(|c| &c.leases_expired, claimed.expired.len() as u64);
+        m.add(|c| &c.jobs_dead, claimed.dead.len() as u64);
+        if !claimed.expired.is_empty() {
+            publish_depth(&state).await;
+        }
+        if !claimed.jobs.is_empty() || tokio::time::Instant::now() >= deadline {
+            m.add(|c| &c.jobs_claimed, claimed.jobs.len() as u64);
+            let mut jobs = claimed.jobs;
+            for j in &mut jobs {
+                let span = format!("{:016x}", rand::random::<u64>().max(1));
+                j.traceparent = format!("00-{}-{span}-01", j.traceparent);
+                state.track_lease(&j.id, &j.lease.token, j.lease.expires_at);
+                tracing::info!(job = %j.id, traceparent = %j.traceparent, worker = %req.worker,
+                    attempt = j.attempt, fence = j.lease.fence, "claimed");
+            }
+            return Ok(Json(ClaimResponse { jobs }));
+        }
+        let tick = deadline
+            .saturating_duration_since(tokio::time::Instant::now())
+            .min(POLL_TICK);
+        tokio::select! {
+            _ = notified => {}
+            _ = tokio::time::sleep(tick) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+async fn lost_or_missing(state: &AppState, id: &str) -> Error {
+    match state.store.status(id).await {
+        Ok(None) => Error::NotFound(format!("no job {id}")),
+        Ok(Some(_)) => {
+            state.metrics.add(|c| &c.leases_lost, 1);
+            Error::conflict(
+                "lease_lost",
+                "this token does not hold the job's lease (expired and re-delivered, or finished)",
+            )
+        }
+        Err(e) => e,
+    }
+}
+
+pub(crate) async fn heartbeat(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Json(req): Json<HeartbeatRequest>,
+) -> Result<Json<HeartbeatResponse>> {
+    valid_id(&id)?;
+    let now = state.now();
+    match state
+        .store
+        .heartbeat(&id, &req.token, state.config.lease_ms, now)
+        .await?
+    {
+        Some(lease) => {
+            state.track_lease(&id, &lease.token, lease.expires_at);
+            Ok(Json(HeartbeatResponse { lease }))
+        }
+        None => Err(lost_or_missing(&state, &id).await),
+    }
+}
+
+pub(crate) async fn ack(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Json(req): Json<AckRequest>,
+) -> Result<Json<AckResponse>> {
+    valid_id(&id)?;
+    if req.result.vector.0.is_empty() {
+        return Err(Error::bad_request(
+            "bad_vector",
+            "the result vector is empty",
+        ));
+    }
+    let now = state.now();
+    match state.store.ack(&id, &req.token, req.result, now).await? {
+        AckOutcome::Done => {
+            state.forget_lease(&id);
+            state.metrics.add(|c| &c.jobs_acked, 1);
+            state.metrics.record_acks(now, 1);
+            tracing::info!(job = %id, "acked");
+            Ok(Json(AckResponse { id, first: true }))
+        }
+        AckOutcome::Repeated => Ok(Json(AckResponse { id, first: false })),
+        AckOutcome::Stale => {
+            state.metrics.add(|c| &c.leases_lost, 1);
+            Err(Error::conflict(
+                "lease_lost",
+                "this token does not hold the job's lease (expired and re-delivered, or finished)",
+            ))
+        }
+        AckOutcome::Missing => Err(Error::NotFound(format!("no job {id}"))),
+    }
+}
+
+pub(crate) async fn nack(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Json(req): Json<NackRequest>,
+) -> Result<Json<NackResponse>> {
+    valid_id(&id)?;
+    let now = state.now();
+    let cfg = &state.config;
+    // The backoff depends on the attempt number, which the store knows; ask it first.
+    let attempt = match state.store.status(&id).await? {
+        Some(s) => s.attempt,
+        None => return Err(Error::NotFound(format!("no job {id}"))),
+    };
+    let retry_at = now + cfg.backoff_ms(attempt);
+    match state
+        .store
+        .nack(&id, &req.token, req.error, retry_at, cfg.max_attempts, now)
+        .await?
+    {
+        Some(resp) => {
+            state.forget_lease(&id);
+            state.metrics.add(|c| &c.jobs_nacked, 1);
+            match resp {
+                NackResponse::Dead => state.metrics.add(|c| &c.jobs_dead, 1),
+                NackResponse::Retry { .. } => state.metrics.add(|c| &c.jobs_retried, 1),
+            }
+            tracing::info!(job = %id, outcome = ?resp, "nacked");
+            Ok(Json(resp))
+        }
+        None => Err(lost_or_missing(&state, &id).await),
+    }
+}
+
+pub(crate) async fn status(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<JobStatus>> {
+    valid_id(&id)?;
+    state
+        .store
+        .status(&id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| Error::NotFound(format!("no job {id}")))
+}

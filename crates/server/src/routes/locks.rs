@@ -1,0 +1,85 @@
+//! `POST /v1/locks/{key}`, `POST /v1/locks/{key}/renew`, `DELETE /v1/locks/{key}`.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use ternflow_core::protocol::{LockGrant, LockRequest, LockToken};
+
+use super::jobs::valid_id;
+use crate::error::{Error, Result};
+use crate::json::Json;
+use crate::state::AppState;
+use crate::store::LockOutcome;
+
+pub(crate) async fn acquire(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    body: Bytes,
+) -> Result<Json<LockGrant>> {
+    valid_id(&key)?;
+    // The body is optional: empty means the default TTL.
+    let req: LockRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        LockRequest::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| Error::bad_request("bad_json", e.to_string()))?
+    };
+    let ttl = state.config.lock_ttl(req.ttl_ms);
+    let now = state.now();
+    match state.store.lock_acquire(&key, ttl, now).await? {
+        LockOutcome::Granted(g) => {
+            state.metrics.add(|c| &c.lock_acquired, 1);
+            state.track_lock(&key, &g.token, g.expires_at);
+            Ok(Json(g))
+        }
+        LockOutcome::Held { expires_at } => {
+            state.metrics.add(|c| &c.lock_contended, 1);
+            Err(Error::Conflict {
+                code: "lock_held",
+                message: "the lock is held by another worker".to_owned(),
+                body: Some(serde_json::json!({ "expires_at": expires_at })),
+                retry_after_s: Some(expires_at.saturating_sub(now).div_ceil(1_000)),
+            })
+        }
+    }
+}
+
+pub(crate) async fn renew(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    Json(req): Json<LockToken>,
+) -> Result<Json<LockGrant>> {
+    valid_id(&key)?;
+    let ttl = state.config.lock_ttl(req.ttl_ms);
+    match state
+        .store
+        .lock_renew(&key, &req.token, ttl, state.now())
+        .await?
+    {
+        Some(g) => {
+            state.track_lock(&key, &g.token, g.expires_at);
+            Ok(Json(g))
+        }
+        None => Err(Error::conflict(
+            "lock_lost",
+            "this token does not hold the lock (expired or taken over)",
+        )),
+    }
+}
+
+pub(crate) async fn release(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    Json(req): Json<LockToken>,
+) -> Result<StatusCode> {
+    valid_id(&key)?;
+    if state.store.lock_release(&key, &req.token).await? {
+        state.metrics.add(|c| &c.lock_released, 1);
+        state.forget_lock(&key, &req.token);
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(Error::conflict(
+            "lock_lost",
+            "this token does not hold the lock (expired or taken over)",
+        ))
+    }
+}

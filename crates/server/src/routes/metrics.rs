@@ -1,0 +1,59 @@
+//! `GET /metrics` (Prometheus text), `GET /v1/stats` (JSON for the dashboard) and
+//! `POST /v1/metrics` (worker snapshots).
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use ternflow_core::protocol::{Stats, WorkerMetrics};
+
+use crate::error::{Error, Result};
+use crate::json::Json;
+use crate::state::AppState;
+
+pub(crate) async fn prometheus(State(state): State<AppState>) -> Result<impl IntoResponse> {
+    let now = state.now();
+    let depth = state.store.depth(now).await?;
+    let text = state.metrics.render(depth, state.locks_held(), now);
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    ))
+}
+
+pub(crate) async fn stats(State(state): State<AppState>) -> Result<Json<Stats>> {
+    let now = state.now();
+    let queue = state.store.depth(now).await?;
+    let mut counters: std::collections::BTreeMap<String, u64> = state
+        .metrics
+        .counters
+        .list()
+        .into_iter()
+        .map(|(k, _, v)| (k.to_owned(), v))
+        .collect();
+    counters.insert("locks_held".to_owned(), state.locks_held());
+    Ok(Json(Stats {
+        queue,
+        counters,
+        ack_rate: state.metrics.ack_rate(now),
+        workers: state.metrics.workers(),
+    }))
+}
+
+pub(crate) async fn push(
+    State(state): State<AppState>,
+    Json(snap): Json<WorkerMetrics>,
+) -> Result<StatusCode> {
+    if snap.worker.is_empty() {
+        return Err(Error::bad_request("bad_worker", "worker is required"));
+    }
+    if !state.metrics.push_worker(snap) {
+        return Err(Error::TooManyRequests {
+            message: "too many distinct workers are reporting".to_owned(),
+            retry_after_s: 60,
+        });
+    }
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,164 @@
+//! The router: one file per route family, grouped by the role each needs.
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{header, HeaderName, HeaderValue, Method};
+use axum::middleware::from_fn_with_state;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::Router;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::set_header::SetResponseHeaderLayer;
+
+use crate::auth::{gate, Gate, Role};
+use crate::config::Config;
+use crate::error::Error;
+use crate::state::AppState;
+
+pub(crate) mod cache;
+pub(crate) mod dlq;
+pub(crate) mod embed;
+pub(crate) mod events;
+pub(crate) mod jobs;
+pub(crate) mod locks;
+pub(crate) mod metrics;
+
+const OPENAPI: &str = include_str!("../../openapi.json");
+
+fn guarded(
+    state: &AppState,
+    roles: &'static [Role],
+    allow_query_token: bool,
+    r: Router<AppState>,
+) -> Router<AppState> {
+    let g = Gate {
+        state: state.clone(),
+        roles,
+        allow_query_token,
+    };
+    r.route_layer(from_fn_with_state(g, gate))
+}
+
+fn is_localhost(origin: &str) -> bool {
+    ["http://localhost", "http://127.0.0.1", "http://[::1]"]
+        .iter()
+        .any(|base| {
+            origin.strip_prefix(base).is_some_and(|rest| {
+                rest.is_empty()
+                    || rest
+                        .strip_prefix(':')
+                        .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            })
+        })
+}
+
+fn cors(cfg: &Config) -> CorsLayer {
+    let allowed = cfg.cors_origins.clone();
+    let localhost = cfg.cors_allow_localhost;
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::predicate(move |origin: &HeaderValue, _| {
+            let Ok(o) = origin.to_str() else {
+                return false;
+            };
+            allowed.iter().any(|a| a == o) || (localhost && is_localhost(o))
+        }))
+        .allow_methods([Method::GET, Method::POST, Method::PUT, Method::DELETE])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            HeaderName::from_static("last-event-id"),
+            HeaderName::from_static("traceparent"),
+        ])
+        .expose_headers([header::RETRY_AFTER])
+        .max_age(std::time::Duration::from_secs(600))
+}
+
+/// The whole HTTP surface over `state`.
+pub fn router(state: AppState) -> Router {
+    use Role::{Admin, Producer, Worker};
+    let producer = guarded(
+        &state,
+        &[Producer],
+        false,
+        Router::new().route("/v1/jobs", post(jobs::enqueue)),
+    );
+    let readers = guarded(
+        &state,
+        &[Producer, Worker],
+        false,
+        Router::new().route("/v1/jobs/{id}", get(jobs::status)),
+    );
+    let worker = guarded(
+        &state,
+        &[Worker],
+        false,
+        Router::new()
+            .route("/v1/jobs/claim", post(jobs::claim))
+            .route("/v1/jobs/{id}/heartbeat", post(jobs::heartbeat))
+            .route("/v1/jobs/{id}/ack", post(jobs::ack))
+            .route("/v1/jobs/{id}/nack", post(jobs::nack))
+            .route(
+                "/v1/cache/{key}",
+                get(cache::get).put(cache::put).delete(cache::delete),
+            )
+            .route(
+                "/v1/locks/{key}",
+                post(locks::acquire).delete(locks::release),
+            )
+            .route("/v1/locks/{key}/renew", post(locks::renew))
+            .route("/v1/embed", post(embed::embed))
+            .route("/v1/metrics", post(metrics::push)),
+    );
+    let events = guarded(
+        &state,
+        &[Worker],
+        true,
+        Router::new().route("/v1/events", get(events::events)),
+    );
+    let admin = guarded(
+        &state,
+        &[Admin],
+        false,
+        Router::new()
+            .route("/v1/dlq", get(dlq::list))
+            .route("/v1/dlq/{id}/redrive", post(dlq::redrive))
+            .route("/v1/stats", get(metrics::stats))
+            .route("/metrics", get(metrics::prometheus)),
+    );
+    let public = Router::new()
+        .route(
+            "/openapi.json",
+            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
+        )
+        .route("/healthz", get(|| async { "ok" }));
+    let cfg = state.config.clone();
+    Router::new()
+        .merge(producer)
+        .merge(readers)
+        .merge(worker)
+        .merge(events)
+        .merge(admin)
+        .merge(public)
+        .fallback(|| async { Error::NotFound("no such route".to_owned()).into_response() })
+        .layer(DefaultBodyLimit::max(cfg.max_body_bytes))
+        .layer(SetResponseHeaderLayer::overriding(
+            HeaderName::from_static("cross-origin-resource-policy"),
+            HeaderValue::from_static("cross-origin"),
+        ))
+        .layer(cors(&cfg))
+        .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_localhost;
+
+    #[test]
+    fn localhost_origins() {
+        assert!(is_localhost("http://localhost:8080"));
+        assert!(is_localhost("http://127.0.0.1:1"));
+        assert!(is_localhost("http://localhost"));
+        assert!(!is_localhost("http://localhost.evil.com"));
+        assert!(!is_localhost("http://localhost:80x"));
+        assert!(!is_localhost("https://example.com"));
+    }
+}

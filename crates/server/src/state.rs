@@ -1,0 +1,191 @@
+//! [`AppState`]: what every handler shares.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use crate::auth::Tokens;
+use crate::clock::{Clock, SystemClock};
+use crate::config::Config;
+use crate::embed::{Batcher, Embedder};
+use crate::metrics::Metrics;
+use crate::sse::Hub;
+use crate::store::Store;
+
+const LEASE_TABLE_PRUNE_AT: usize = 100_000;
+
+/// Shared server state. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) config: Arc<Config>,
+    pub(crate) tokens: Arc<Tokens>,
+    pub(crate) hub: Arc<Hub>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) embed: Option<Batcher>,
+    pub(crate) default_model_id: Arc<str>,
+    /// Leases this process handed out and that are not finished through it: id → (token, expiry).
+    leases: Arc<Mutex<HashMap<String, (String, u64)>>>,
+    /// Locks this process granted: key → (token, expiry), for the held/leaked figures.
+    locks: Arc<Mutex<HashMap<String, (String, u64)>>>,
+    shutdown: Arc<watch::Sender<bool>>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("store", &self.store)
+            .field("config", &self.config)
+            .field("tokens", &self.tokens)
+            .field("default_model_id", &self.default_model_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AppState {
+    /// State over `store` with the wall clock and no embedder. Must be called inside a Tokio
+    /// runtime (it starts the event hub).
+    pub fn new(store: Arc<dyn Store>, tokens: Tokens, config: Config) -> Self {
+        let hub = Hub::start(store.as_ref(), config.event_ring);
+        let (shutdown, _) = watch::channel(false);
+        AppState {
+            store,
+            clock: Arc::new(SystemClock),
+            config: Arc::new(config),
+            tokens: Arc::new(tokens),
+            hub,
+            metrics: Arc::new(Metrics::default()),
+            embed: None,
+            default_model_id: Arc::from(""),
+            leases: Arc::default(),
+            locks: Arc::default(),
+            shutdown: Arc::new(shutdown),
+        }
+    }
+
+    /// Uses `clock` for every time decision (tests pass a [`crate::clock::FakeClock`]).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Serves `POST /v1/embed` with `embedder`; its model id becomes the default for jobs.
+    pub fn with_embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {
+        self.default_model_id = Arc::from(embedder.model_id());
+        self.embed = Some(Batcher::start(
+            embedder,
+            self.config.embed_batch,
+            self.config.embed_queue,
+            self.metrics.clone(),
+        ));
+        self
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The metrics registry.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub(crate) fn now(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    pub(crate) fn track_lease(&self, id: &str, token: &str, expires_at: u64) {
+        let now = self.now();
+        let mut l = self.leases.lock().unwrap_or_else(|p| p.into_inner());
+        if l.len() >= LEASE_TABLE_PRUNE_AT {
+            l.retain(|_, (_, exp)| *exp > now);
+        }
+        l.insert(id.to_owned(), (token.to_owned(), expires_at));
+    }
+
+    pub(crate) fn forget_lease(&self, id: &str) {
+        self.leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+    }
+
+    pub(crate) fn track_lock(&self, key: &str, token: &str, expires_at: u64) {
+        let now = self.now();
+        let mut l = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, exp)) = l.get(key) {
+            if *exp <= now {
+                self.metrics.add(|c| &c.lock_leaked, 1);
+            }
+        }
+        l.insert(key.to_owned(), (token.to_owned(), expires_at));
+    }
+
+    pub(crate) fn forget_lock(&self, key: &str, token: &str) {
+        let mut l = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        if l.get(key).is_some_and(|(t, _)| t == token) {
+            l.remove(key);
+        }
+    }
+
+    /// Locks granted here that are live; expired ones count as leaked and are forgotten.
+    pub(crate) fn locks_held(&self) -> u64 {
+        let now = self.now();
+        let mut l = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        let before = l.len();
+        l.retain(|_, (_, exp)| *exp > now);
+        let leaked = (before - l.len()) as u64;
+        if leaked > 0 {
+            self.metrics.add(|c| &c.lock_leaked, leaked);
+        }
+        l.len() as u64
+    }
+
+    /// A receiver that turns `true` when shutdown begins.
+    pub(crate) fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    /// Starts shutting down: SSE streams end, long-polls return, new claims are refused.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.send_replace(true);
+        self.hub.wake_all();
+    }
+
+    /// Hands every lease this process gave out (and that is still held) back to the queue.
+    /// Returns how many were handed back.
+    pub async fn release_leases(&self) -> usize {
+        let leases: Vec<(String, (String, u64))> = self
+            .leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .collect();
+        let now = self.now();
+        let mut n = 0;
+        for (id, (token, _)) in leases {
+            match self.store.release(&id, &token, now).await {
+                Ok(true) => n += 1,
+                Ok(false) => {}
+                Err(e) => tracing::warn!(%id, error = %e, "could not hand a lease back"),
+            }
+        }
+        if n > 0 {
+            self.metrics.add(|c| &c.leases_released, n as u64);
+            tracing::info!(released = n, "handed leases back");
+        }
+        n
+    }
+}

@@ -1,0 +1,448 @@
+//! The conformance suite every [`Store`] must pass. The store tests call [`run_all`] with a
+//! constructor for a fresh, empty store; each check starts from a fresh store.
+//!
+//! Panics (via `assert!`) on the first violation, naming it.
+
+use std::future::Future;
+use std::time::Duration;
+
+use ternflow_core::protocol::{
+    CacheEntry, JobError, JobResult, JobState, NackResponse, ResultSource, ServerEvent, Vector,
+};
+
+use super::{AckOutcome, JobRecord, LockOutcome, PutOutcome, Store};
+
+const T0: u64 = 1_000_000;
+
+fn job(id: &str, priority: i32, available_at: u64) -> JobRecord {
+    JobRecord {
+        id: id.to_owned(),
+        text: format!("text of {id}"),
+        model_id: "m".to_owned(),
+        priority,
+        available_at,
+        meta: Some(serde_json::json!({ "k": id })),
+        trace_id: "0af7651916cd43dd8448eb211c80319c".to_owned(),
+    }
+}
+
+fn result() -> JobResult {
+    JobResult {
+        model_id: "m".to_owned(),
+        vector: Vector(vec![0.5, -0.25]),
+        source: ResultSource::Engine,
+    }
+}
+
+fn err(retryable: bool) -> JobError {
+    JobError {
+        code: "boom".to_owned(),
+        message: "it broke".to_owned(),
+        retryable,
+    }
+}
+
+fn entry(fence: u64, expires_at: u64) -> CacheEntry {
+    CacheEntry {
+        model_id: "m".to_owned(),
+        vector: Vector(vec![1.0, 2.0, 3.0]),
+        fence,
+        expires_at,
+    }
+}
+
+/// Runs every check, each on a fresh store from `make`.
+pub async fn run_all<S, F, Fut>(make: F)
+where
+    S: Store,
+    F: Fn() -> Fut,
+    Fut: Future<Output = S>,
+{
+    enqueue_dedups(make().await).await;
+    claim_orders_by_priority_then_fifo(make().await).await;
+    delayed_jobs_wait(make().await).await;
+    heartbeat_and_ack(make().await).await;
+    expired_lease_is_redelivered(make().await).await;
+    nack_backoff_dead_letter_redrive(make().await).await;
+    release_hands_back(make().await).await;
+    cache_fences_and_ttl(make().await).await;
+    locks(make().await).await;
+    events_are_numbered_in_order(make().await).await;
+}
+
+async fn enqueue_dedups<S: Store>(s: S) {
+    let out = s
+        .enqueue(vec![job("a", 0, T0), job("b", 0, T0), job("a", 0, T0)], T0)
+        .await
+        .unwrap();
+    let flags: Vec<_> = out.iter().map(|e| (e.id.as_str(), e.new)).collect();
+    assert_eq!(
+        flags,
+        [("a", true), ("b", true), ("a", false)],
+        "dedup in a batch"
+    );
+    let c = s.claim("w", 1, 1_000, 5, T0).await.unwrap();
+    let tok = c.jobs[0].lease.token.clone();
+    assert_eq!(
+        s.ack("a", &tok, result(), T0).await.unwrap(),
+        AckOutcome::Done
+    );
+    let again = s.enqueue(vec![job("a", 0, T0)], T0).await.unwrap();
+    assert!(!again[0].new, "a done job is not re-enqueued");
+    let st = s.status("a").await.unwrap().unwrap();
+    assert!(matches!(st.state, JobState::Done { .. }), "done stays done");
+    let d = s.depth(T0).await.unwrap();
+    assert_eq!((d.ready, d.leased), (1, 0));
+}
+
+async fn claim_orders_by_priority_then_fifo<S: Store>(s: S) {
+    s.enqueue(
+        vec![
+            job("low", -1, T0),
+            job("n1", 0, T0),
+            job("hi", 5, T0),
+            job("n2", 0, T0),
+        ],
+        T0,
+    )
+    .await
+    .unwrap();
+    let c = s.claim("w", 3, 1_000, 5, T0).await.unwrap();
+    let ids: Vec<_> = c.jobs.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(ids, ["hi", "n1", "n2"], "priority, then FIFO");
+    assert!(c.jobs.iter().all(|j| j.attempt == 1));
+    assert!(
+        c.jobs
+            .windows(2)
+            .all(|w| w[0].lease.fence < w[1].lease.fence),
+        "fences grow"
+    );
+    assert_ne!(c.jobs[0].lease.token, c.jobs[1].lease.token);
+    assert_eq!(c.jobs[0].lease.expires_at, T0 + 1_000);
+    assert_eq!(c.jobs[0].text, "text of hi");
+    assert_eq!(c.jobs[0].meta, Some(serde_json::json!({ "k": "hi" })));
+    assert_eq!(c.jobs[0].traceparent, "0af7651916cd43dd8448eb211c80319c");
+    let d = s.depth(T0).await.unwrap();
+    assert_eq!((d.ready, d.leased), (1, 3));
+    let st = s.status("n1").await.unwrap().unwrap();
+    assert!(matches!(st.state, JobState::Leased { ref worker, .. } if worker == "w"));
+    assert!(s.status("nope").await.unwrap().is_none());
+}
+
+async fn delayed_jobs_wait<S: Store>(s: S) {
+    s.enqueue(vec![job("later", 0, T0 + 500)], T0)
+        .await
+        .unwrap();
+    let st = s.status("later").await.unwrap().unwrap();
+    assert_eq!(
+        st.state,
+        JobState::Queued {
+            available_at: T0 + 500
+        }
+    );
+    assert_eq!(s.depth(T0).await.unwrap().delayed, 1);
+    assert!(s
+        .claim("w", 1, 1_000, 5, T0 + 499)
+        .await
+        .unwrap()
+        .jobs
+        .is_empty());
+    assert_eq!(
+        s.depth(T0 + 500).await.unwrap().ready,
+        1,
+        "due counts as ready"
+    );
+    let c = s.claim("w", 1, 1_000, 5, T0 + 500).await.unwrap();
+    assert_eq!(c.jobs.len(), 1, "delayed job delivered when due");
+}
+
+async fn heartbeat_and_ack<S: Store>(s: S) {
+    s.enqueue(vec![job("j", 0, T0)], T0).await.unwrap();
+    let c = s.claim("w", 1, 1_000, 5, T0).await.unwrap();
+    let lease = c.jobs[0].lease.clone();
+    let hb = s
+        .heartbeat("j", &lease.token, 2_000, T0 + 900)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((hb.fence, hb.expires_at), (lease.fence, T0 + 2_900));
+    assert!(s
+        .heartbeat("j", "wrong", 2_000, T0)
+        .await
+        .unwrap()
+        .is_none());
+    // Not re-delivered before the extended expiry.
+    assert!(s
+        .claim("w2", 1, 1_000, 5, T0 + 2_000)
+        .await
+        .unwrap()
+        .jobs
+        .is_empty());
+    assert_eq!(
+        s.ack("j", "wrong", result(), T0).await.unwrap(),
+        AckOutcome::Stale
+    );
+    assert_eq!(
+        s.ack("nope", "t", result(), T0).await.unwrap(),
+        AckOutcome::Missing
+    );
+    assert_eq!(
+        s.ack("j", &lease.token, result(), T0).await.unwrap(),
+        AckOutcome::Done
+    );
+    assert_eq!(
+        s.ack("j", &lease.token, result(), T0).await.unwrap(),
+        AckOutcome::Repeated,
+        "ack is idempotent for the holder"
+    );
+    let st = s.status("j").await.unwrap().unwrap();
+    assert_eq!(st.state, JobState::Done { result: result() });
+    assert!(s
+        .heartbeat("j", &lease.token, 1_000, T0)
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(s.depth(T0).await.unwrap().leased, 0);
+}
+
+async fn expired_lease_is_redelivered<S: Store>(s: S) {
+    s.enqueue(vec![job("j", 0, T0)], T0).await.unwrap();
+    let first = s.claim("w1", 1, 1_000, 5, T0).await.unwrap().jobs.remove(0);
+    assert!(s
+        .claim("w2", 1, 1_000, 5, T0 + 999)
+        .await
+        .unwrap()
+        .jobs
+        .is_empty());
+    let c = s.claim("w2", 1, 1_000, 5, T0 + 1_000).await.unwrap();
+    assert_eq!(c.expired, ["j"]);
+    let second = &c.jobs[0];
+    assert_eq!((second.id.as_str(), second.attempt), ("j", 2));
+    assert!(second.lease.fence > first.lease.fence);
+    assert_ne!(second.lease.token, first.lease.token);
+    let old = &first.lease.token;
+    assert!(
+        s.heartbeat("j", old, 1_000, T0 + 1_001)
+            .await
+            .unwrap()
+            .is_none(),
+        "old lease lost"
+    );
+    assert_eq!(
+        s.ack("j", old, result(), T0 + 1_001).await.unwrap(),
+        AckOutcome::Stale
+    );
+    // Expiry of the last allowed attempt dead-letters the job.
+    let c = s.claim("w3", 1, 1_000, 2, T0 + 2_000).await.unwrap();
+    assert_eq!(c.dead, ["j"]);
+    assert!(c.jobs.is_empty());
+    let dlq = s.dlq(10).await.unwrap();
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(dlq[0].history.len(), 2);
+    assert_eq!(dlq[0].history[0].error.code, "lease_expired");
+    assert_eq!(dlq[0].history[1].worker, "w2");
+}
+
+async fn nack_backoff_dead_letter_redrive<S: Store>(s: S) {
+    s.enqueue(vec![job("j", 0, T0), job("fatal", 0, T0)], T0)
+        .await
+        .unwrap();
+    let mut now = T0;
+    for attempt in 1..=3u32 {
+        let c = s.claim("w", 2, 1_000, 3, now).await.unwrap();
+        let j = c.jobs.iter().find(|j| j.id == "j").expect("j delivered");
+        assert_eq!(j.attempt, attempt);
+        let r = s
+            .nack("j", &j.lease.token, err(true), now + 100, 3, now)
+            .await
+            .unwrap()
+            .unwrap();
+        if attempt < 3 {
+            assert_eq!(
+                r,
+                NackResponse::Retry {
+                    available_at: now + 100
+                }
+            );
+            assert!(
+                s.claim("w", 1, 1_000, 3, now + 99)
+                    .await
+                    .unwrap()
+                    .jobs
+                    .iter()
+                    .all(|j| j.id != "j"),
+                "not before the backoff"
+            );
+            now += 100;
+        } else {
+            assert_eq!(r, NackResponse::Dead, "max attempts → dead");
+        }
+        // Take `fatal` out of the way on the first round.
+        if let Some(f) = c.jobs.iter().find(|j| j.id == "fatal") {
+            let r = s
+                .nack("fatal", &f.lease.token, err(false), now, 3, now)
+                .await
+                .unwrap();
+            assert_eq!(r, Some(NackResponse::Dead), "non-retryable → dead at once");
+        }
+    }
+    assert!(s
+        .nack("j", "stale", err(true), now, 3, now)
+        .await
+        .unwrap()
+        .is_none());
+    let st = s.status("j").await.unwrap().unwrap();
+    match st.state {
+        JobState::Dead { error, history } => {
+            assert_eq!(error.code, "boom");
+            assert_eq!(history.len(), 3);
+            assert_eq!(
+                history.iter().map(|a| a.attempt).collect::<Vec<_>>(),
+                [1, 2, 3]
+            );
+        }
+        other => panic!("expected dead, got {other:?}"),
+    }
+    let dlq = s.dlq(10).await.unwrap();
+    let ids: Vec<_> = dlq.iter().map(|e| e.job.id.as_str()).collect();
+    assert!(ids.contains(&"j") && ids.contains(&"fatal"), "{ids:?}");
+    let e = dlq.iter().find(|e| e.job.id == "j").unwrap();
+    assert_eq!(e.job.text, "text of j");
+    assert_eq!(s.depth(now).await.unwrap().dead, 2);
+    assert_eq!(s.dlq(1).await.unwrap().len(), 1);
+    assert!(s.redrive("j", now).await.unwrap());
+    assert!(
+        !s.redrive("j", now).await.unwrap(),
+        "only dead jobs redrive"
+    );
+    assert!(!s.redrive("missing", now).await.unwrap());
+    let c = s.claim("w", 1, 1_000, 3, now).await.unwrap();
+    assert_eq!(
+        (c.jobs[0].id.as_str(), c.jobs[0].attempt),
+        ("j", 1),
+        "fresh attempts"
+    );
+    assert_eq!(s.depth(now).await.unwrap().dead, 1);
+}
+
+async fn release_hands_back<S: Store>(s: S) {
+    s.enqueue(vec![job("j", 0, T0)], T0).await.unwrap();
+    let c = s.claim("w", 1, 1_000, 5, T0).await.unwrap();
+    assert!(!s.release("j", "wrong", T0).await.unwrap());
+    assert!(s.release("j", &c.jobs[0].lease.token, T0).await.unwrap());
+    let again = s.claim("w", 1, 1_000, 5, T0).await.unwrap();
+    assert_eq!(
+        again.jobs[0].attempt, 1,
+        "a handed-back lease does not count"
+    );
+}
+
+async fn cache_fences_and_ttl<S: Store>(s: S) {
+    assert!(s.cache_get("k", T0).await.unwrap().is_none());
+    assert_eq!(
+        s.cache_put("k", entry(5, T0 + 1_000), T0).await.unwrap(),
+        PutOutcome::Stored { replaced: false }
+    );
+    assert_eq!(
+        s.cache_get("k", T0).await.unwrap(),
+        Some(entry(5, T0 + 1_000))
+    );
+    assert_eq!(
+        s.cache_put("k", entry(3, T0 + 1_000), T0).await.unwrap(),
+        PutOutcome::Stale(entry(5, T0 + 1_000)),
+        "an older fence is refused"
+    );
+    assert_eq!(
+        s.cache_put("k", entry(5, T0 + 2_000), T0).await.unwrap(),
+        PutOutcome::Stored { replaced: true },
+        "the same fence may rewrite"
+    );
+    assert!(
+        s.cache_get("k", T0 + 2_000).await.unwrap().is_none(),
+        "expired"
+    );
+    assert_eq!(
+        s.cache_put("k", entry(1, T0 + 5_000), T0 + 2_000)
+            .await
+            .unwrap(),
+        PutOutcome::Stored { replaced: false },
+        "an expired entry does not block"
+    );
+    assert!(s.cache_delete("k").await.unwrap());
+    assert!(!s.cache_delete("k").await.unwrap());
+    assert!(s.cache_get("k", T0).await.unwrap().is_none());
+}
+
+async fn locks<S: Store>(s: S) {
+    let LockOutcome::Granted(g1) = s.lock_acquire("k", 1_000, T0).await.unwrap() else {
+        panic!("first acquire must succeed");
+    };
+    assert_eq!(g1.expires_at, T0 + 1_000);
+    assert_eq!(
+        s.lock_acquire("k", 1_000, T0 + 10).await.unwrap(),
+        LockOutcome::Held {
+            expires_at: T0 + 1_000
+        }
+    );
+    assert!(s
+        .lock_renew("k", "wrong", 1_000, T0)
+        .await
+        .unwrap()
+        .is_none());
+    let r = s
+        .lock_renew("k", &g1.token, 2_000, T0 + 500)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((r.fence, r.expires_at), (g1.fence, T0 + 2_500));
+    assert!(
+        !s.lock_release("k", "wrong").await.unwrap(),
+        "compare-and-delete"
+    );
+    assert!(s.lock_release("k", &g1.token).await.unwrap());
+    assert!(!s.lock_release("k", &g1.token).await.unwrap());
+    let LockOutcome::Granted(g2) = s.lock_acquire("k", 1_000, T0 + 600).await.unwrap() else {
+        panic!("free lock must be granted");
+    };
+    assert!(g2.fence > g1.fence, "fences grow");
+    // Expiry frees it; the stale holder can neither renew nor delete the new holder's lock.
+    let LockOutcome::Granted(g3) = s.lock_acquire("k", 1_000, T0 + 1_600).await.unwrap() else {
+        panic!("expired lock must be granted");
+    };
+    assert!(g3.fence > g2.fence);
+    assert!(s
+        .lock_renew("k", &g2.token, 1_000, T0 + 1_600)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(!s.lock_release("k", &g2.token).await.unwrap());
+    assert!(
+        s.lock_renew("k", &g3.token, 1_000, T0 + 2_601)
+            .await
+            .unwrap()
+            .is_none(),
+        "expired"
+    );
+}
+
+async fn events_are_numbered_in_order<S: Store>(s: S) {
+    let mut rx = s.subscribe();
+    let a = ServerEvent::Jobs(ternflow_core::protocol::JobsEvent { depth: 1 });
+    let b = ServerEvent::Invalidate(ternflow_core::protocol::InvalidateEvent {
+        keys: vec!["m:x".to_owned()],
+    });
+    let ia = s.publish(a.clone()).await.unwrap();
+    let ib = s.publish(b.clone()).await.unwrap();
+    assert!(ib > ia);
+    assert_eq!(recv(&mut rx).await, (ia, a));
+    assert_eq!(recv(&mut rx).await, (ib, b));
+}
+
+async fn recv(
+    rx: &mut tokio::sync::broadcast::Receiver<super::NumberedEvent>,
+) -> super::NumberedEvent {
+    tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("event delivered")
+        .expect("channel open")
+}

@@ -1,0 +1,192 @@
+//! Test helpers: a real `redis-server` on a free port, and HTTP helpers over the router.
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `redis-server` child with AOF on (`appendfsync always`) in a temp dir, killed on drop.
+pub struct RedisServer {
+    child: Option<Child>,
+    pub port: u16,
+    dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = RedisServer {
+            child: None,
+            port: free_port(),
+            dir,
+        };
+        s.spawn();
+        s
+    }
+
+    pub fn dir(&self) -> PathBuf {
+        self.dir.path().to_owned()
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args([
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "these tests need a real Redis: could not start `redis-server` ({e}). \
+                     Install it (Debian: apt-get install -y redis-server) and put it on PATH."
+                )
+            });
+        self.child = Some(child);
+        let start = Instant::now();
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "redis-server did not start listening on port {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// `kill -9` the server (no shutdown save: only the AOF survives).
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill(); // SIGKILL on Unix
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port and directory (replaying the AOF).
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Request, StatusCode};
+use axum::Router;
+use http_body_util::BodyExt;
+use serde_json::Value;
+use ternflow_server::{AppState, Config, EmbeddedStore, FakeClock, HashEmbedder, Role, Tokens};
+use tower::ServiceExt;
+
+pub const PRODUCER: &str = "tok-producer";
+pub const WORKER: &str = "tok-worker";
+pub const ADMIN: &str = "tok-admin";
+
+pub fn tokens() -> Tokens {
+    let mut t = Tokens::new();
+    t.insert(PRODUCER, Role::Producer);
+    t.insert(WORKER, Role::Worker);
+    t.insert(ADMIN, Role::Admin);
+    t
+}
+
+/// State over an in-memory embedded store, a fake clock and the hash embedder.
+pub fn state_with(config: Config) -> (AppState, FakeClock) {
+    let clock = FakeClock::new(1_000_000);
+    let state = AppState::new(Arc::new(EmbeddedStore::in_memory()), tokens(), config)
+        .with_clock(Arc::new(clock.clone()))
+        .with_embedder(Arc::new(HashEmbedder::default()));
+    (state, clock)
+}
+
+pub struct Resp {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub json: Value,
+    pub text: String,
+}
+
+pub async fn call_raw(
+    app: &Router,
+    method: &str,
+    uri: &str,
+    token: Option<&str>,
+    content_type: Option<&str>,
+    body: Vec<u8>,
+) -> Resp {
+    let mut req = Request::builder().method(method).uri(uri);
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    if let Some(ct) = content_type {
+        req = req.header("content-type", ct);
+    }
+    let resp = app
+        .clone()
+        .oneshot(req.body(Body::from(body)).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    Resp {
+        status,
+        headers,
+        json,
+        text,
+    }
+}
+
+pub async fn call(
+    app: &Router,
+    method: &str,
+    uri: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> Resp {
+    match body {
+        Some(b) => {
+            call_raw(
+                app,
+                method,
+                uri,
+                token,
+                Some("application/json"),
+                serde_json::to_vec(&b).unwrap(),
+            )
+            .await
+        }
+        None => call_raw(app, method, uri, token, None, Vec::new()).await,
+    }
+}

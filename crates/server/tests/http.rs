@@ -1,0 +1,836 @@
+//! HTTP behaviour through `app(state)` with `oneshot`: auth, queue semantics with a fake clock,
+//! cache fences, locks, limits, embed, CORS, metrics.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use common::{call, call_raw, state_with, ADMIN, PRODUCER, WORKER};
+use serde_json::{json, Value};
+use ternflow_core::codec::encode_vector;
+use ternflow_server::{app, AppState, Config, EmbeddedStore, Embedder};
+
+fn vector() -> String {
+    encode_vector(&[0.5, 0.25])
+}
+
+fn ack_body(token: &str) -> Value {
+    json!({"token": token, "result": {"model_id": "00000000deadbeef", "vector": vector(), "source": "engine"}})
+}
+
+fn error_code(v: &Value) -> &str {
+    v["error"]["code"].as_str().unwrap_or("<no error body>")
+}
+
+#[tokio::test]
+async fn auth_and_roles() {
+    let (state, _) = state_with(Config::default());
+    let app = app(state);
+    let r = call(&app, "POST", "/v1/jobs", None, Some(json!({"text": "x"}))).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(error_code(&r.json), "unauthorized");
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs",
+        Some("bogus"),
+        Some(json!({"text": "x"})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs",
+        Some(WORKER),
+        Some(json!({"text": "x"})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(error_code(&r.json), "forbidden");
+    let claim = json!({"worker": "w"});
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/claim",
+        Some(PRODUCER),
+        Some(claim.clone()),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let r = call(&app, "GET", "/v1/dlq", Some(WORKER), None).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let r = call(&app, "GET", "/metrics", Some(PRODUCER), None).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    // Admin passes every gate.
+    let r = call(&app, "POST", "/v1/jobs/claim", Some(ADMIN), Some(claim)).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = call(&app, "GET", "/v1/dlq", Some(ADMIN), None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    // `?token=` only on /v1/events.
+    let r = call(&app, "GET", &format!("/v1/dlq?token={ADMIN}"), None, None).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    // Public routes.
+    let r = call(&app, "GET", "/openapi.json", None, None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.json["openapi"], "3.0.3");
+    let r = call(&app, "GET", "/nope", Some(ADMIN), None).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(error_code(&r.json), "not_found");
+}
+
+#[tokio::test]
+async fn enqueue_dedups_and_done_stays_done() {
+    let (state, _) = state_with(Config::default());
+    let app = app(state);
+    let batch =
+        json!({"jobs": [{"text": "a"}, {"text": "b"}, {"text": "a"}, {"id": "x1", "text": "a"}]});
+    let r = call(&app, "POST", "/v1/jobs", Some(PRODUCER), Some(batch)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let news: Vec<bool> = r.json["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["new"].as_bool().unwrap())
+        .collect();
+    assert_eq!(news, [true, true, false, true]);
+    let id_a = r.json["jobs"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(id_a, ternflow_core::keys::job_id("00000000deadbeef", "a"));
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/claim",
+        Some(WORKER),
+        Some(json!({"worker": "w", "max": 10})),
+    )
+    .await;
+    let jobs = r.json["jobs"].as_array().unwrap().clone();
+    assert_eq!(jobs.len(), 3);
+    for j in &jobs {
+        assert_eq!(j["model_id"], "00000000deadbeef");
+        let tp = j["traceparent"].as_str().unwrap();
+        assert!(tp.starts_with("00-") && tp.len() == 55, "{tp}");
+        let id = j["id"].as_str().unwrap();
+        let tok = j["lease"]["token"].as_str().unwrap();
+        let r = call(
+            &app,
+            "POST",
+            &format!("/v1/jobs/{id}/ack"),
+            Some(WORKER),
+            Some(ack_body(tok)),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    }
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs",
+        Some(PRODUCER),
+        Some(json!({"text": "a"})),
+    )
+    .await;
+    assert_eq!(r.json["jobs"][0]["new"], false);
+    let r = call(
+        &app,
+        "GET",
+        &format!("/v1/jobs/{id_a}"),
+        Some(PRODUCER),
+        None,
+    )
+    .await;
+    assert_eq!(r.json["state"], "done");
+    assert_eq!(r.json["result"]["vector"], vector());
+    let r = call(&app, "GET", "/v1/jobs/unknown", Some(PRODUCER), None).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn lease_expiry_redelivery_and_stale_tokens() {
+    let (state, clock) = state_with(Config {
+        lease_ms: 10_000,
+        ..Config::default()
+    });
+    let app = app(state);
+    call(
+        &app,
+        "POST",
+        "/v1/jobs",
+        Some(PRODUCER),
+        Some(json!({"id": "j", "text": "t"})),
+    )
+    .await;
+    let claim = |w: &str| json!({"worker": w});
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/claim",
+        Some(WORKER),
+        Some(claim("w1")),
+    )
+    .await;
+    let first = r.json["jobs"][0].clone();
+    let tok1 = first["lease"]["token"].as_str().unwrap().to_owned();
+    assert_eq!(first["attempt"], 1);
+    // Heartbeat extends.
+    clock.advance(9_000);
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/j/heartbeat",
+        Some(WORKER),
+        Some(json!({"token": tok1})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.json["lease"]["expires_at"], 1_000_000 + 9_000 + 10_000);
+    clock.advance(9_000);
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/claim",
+        Some(WORKER),
+        Some(claim("w2")),
+    )
+    .await;
+    assert_eq!(r.json["jobs"].as_array().unwrap().len(), 0, "still leased");
+    // Expired: re-delivered to w2 with a new token and fence.
+    clock.advance(1_001);
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/claim",
+        Some(WORKER),
+        Some(claim("w2")),
+    )
+    .await;
+    let second = r.json["jobs"][0].clone();
+    assert_eq!(second["attempt"], 2);
+    assert!(second["lease"]["fence"].as_u64() > first["lease"]["fence"].as_u64());
+    // The first holder lost it.
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/j/heartbeat",
+        Some(WORKER),
+        Some(json!({"token": tok1})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    assert_eq!(error_code(&r.json), "lease_lost");
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/j/ack",
+        Some(WORKER),
+        Some(ack_body(&tok1)),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    let tok2 = second["lease"]["token"].as_str().unwrap();
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/j/ack",
+        Some(WORKER),
+        Some(ack_body(tok2)),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.json["first"].clone()),
+        (StatusCode::OK, json!(true))
+    );
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/j/ack",
+        Some(WORKER),
+        Some(ack_body(tok2)),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.json["first"].clone()),
+        (StatusCode::OK, json!(false)),
+        "idempotent"
+    );
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/nope/heartbeat",
+        Some(WORKER),
+        Some(json!({"token": "t"})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn nack_backoff_dead_letter_and_redrive() {
+    let (state, clock) = state_with(Config {
+        max_attempts: 2,
+        ..Config::default()
+    });
+    let app = app(state);
+    call(
+        &app,
+        "POST",
+        "/v1/jobs",
+        Some(PRODUCER),
+        Some(json!({"id": "j", "text": "t", "meta": {"k": 1}})),
+    )
+    .await;
+    let claim = json!({"worker": "w"});
+    let nack =
+        |tok: &str| json!({"token": tok, "error": {"code": "engine_failed", "message": "boom"}});
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/claim",
+        Some(WORKER),
+        Some(claim.clone()),
+    )
+    .await;
+    let tok = r.json["jobs"][0]["lease"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/j/nack",
+        Some(WORKER),
+        Some(nack(&tok)),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["outcome"], "retry");
+    let at = r.json["available_at"].as_u64().unwrap();
+    assert!(
+        (1_000_500..=1_001_000).contains(&at),
+        "first backoff 0.5–1 s, got {at}"
+    );
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/claim",
+        Some(WORKER),
+        Some(claim.clone()),
+    )
+    .await;
+    assert!(
+        r.json["jobs"].as_array().unwrap().is_empty(),
+        "not during the backoff"
+    );
+    clock.advance(1_000);
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/claim",
+        Some(WORKER),
+        Some(claim.clone()),
+    )
+    .await;
+    assert_eq!(r.json["jobs"][0]["attempt"], 2);
+    let tok = r.json["jobs"][0]["lease"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/j/nack",
+        Some(WORKER),
+        Some(nack(&tok)),
+    )
+    .await;
+    assert_eq!(r.json["outcome"], "dead");
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/j/nack",
+        Some(WORKER),
+        Some(nack(&tok)),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    let r = call(&app, "GET", "/v1/dlq", Some(ADMIN), None).await;
+    let e = &r.json["entries"][0];
+    assert_eq!(e["job"]["id"], "j");
+    assert_eq!(e["job"]["meta"], json!({"k": 1}));
+    assert_eq!(e["error"]["code"], "engine_failed");
+    assert_eq!(e["history"].as_array().unwrap().len(), 2);
+    let r = call(&app, "GET", "/v1/jobs/j", Some(WORKER), None).await;
+    assert_eq!(r.json["state"], "dead");
+    let r = call(&app, "POST", "/v1/dlq/j/redrive", Some(ADMIN), None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.json["state"], "queued");
+    let r = call(&app, "POST", "/v1/dlq/j/redrive", Some(ADMIN), None).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = call(&app, "POST", "/v1/jobs/claim", Some(WORKER), Some(claim)).await;
+    assert_eq!(r.json["jobs"][0]["attempt"], 1);
+}
+
+#[tokio::test]
+async fn cache_fences_and_invalidation() {
+    let (state, clock) = state_with(Config::default());
+    let app = app(state);
+    let key = "00000000deadbeef:abc";
+    let put = |fence: u64| json!({"model_id": "00000000deadbeef", "vector": vector(), "fence": fence, "ttl_ms": 10_000});
+    let r = call(&app, "GET", &format!("/v1/cache/{key}"), Some(WORKER), None).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = call(
+        &app,
+        "PUT",
+        &format!("/v1/cache/{key}"),
+        Some(WORKER),
+        Some(put(5)),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let exp = r.json["expires_at"].as_u64().unwrap();
+    assert!(
+        (1_010_000..=1_011_000).contains(&exp),
+        "ttl + ≤10 % jitter: {exp}"
+    );
+    let r = call(
+        &app,
+        "PUT",
+        &format!("/v1/cache/{key}"),
+        Some(WORKER),
+        Some(put(3)),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    assert_eq!(error_code(&r.json), "stale_fence");
+    assert_eq!(
+        r.json["entry"]["fence"], 5,
+        "the body carries the stored entry"
+    );
+    let r = call(&app, "GET", &format!("/v1/cache/{key}"), Some(WORKER), None).await;
+    assert_eq!(
+        (r.status, r.json["fence"].clone()),
+        (StatusCode::OK, json!(5))
+    );
+    let bad = json!({"model_id": "ffffffffffffffff", "vector": vector(), "fence": 9});
+    let r = call(
+        &app,
+        "PUT",
+        &format!("/v1/cache/{key}"),
+        Some(WORKER),
+        Some(bad),
+    )
+    .await;
+    assert_eq!(error_code(&r.json), "model_mismatch");
+    let r = call(
+        &app,
+        "PUT",
+        "/v1/cache/bad%20key",
+        Some(WORKER),
+        Some(put(1)),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    clock.advance(12_000);
+    let r = call(&app, "GET", &format!("/v1/cache/{key}"), Some(WORKER), None).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "expired");
+    call(
+        &app,
+        "PUT",
+        &format!("/v1/cache/{key}"),
+        Some(WORKER),
+        Some(put(1)),
+    )
+    .await;
+    let r = call(
+        &app,
+        "DELETE",
+        &format!("/v1/cache/{key}"),
+        Some(WORKER),
+        None,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let r = call(
+        &app,
+        "DELETE",
+        &format!("/v1/cache/{key}"),
+        Some(WORKER),
+        None,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn lock_contention_and_compare_and_delete() {
+    let (state, clock) = state_with(Config::default());
+    let app = app(state);
+    let r = call(
+        &app,
+        "POST",
+        "/v1/locks/k1",
+        Some(WORKER),
+        Some(json!({"ttl_ms": 5_000})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let g1 = r.json.clone();
+    let r = call_raw(&app, "POST", "/v1/locks/k1", Some(WORKER), None, Vec::new()).await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    assert_eq!(error_code(&r.json), "lock_held");
+    assert_eq!(r.headers["retry-after"], "5");
+    let tok1 = g1["token"].as_str().unwrap();
+    let r = call(
+        &app,
+        "POST",
+        "/v1/locks/k1/renew",
+        Some(WORKER),
+        Some(json!({"token": tok1, "ttl_ms": 8_000})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.json["fence"], g1["fence"]);
+    let r = call(
+        &app,
+        "DELETE",
+        "/v1/locks/k1",
+        Some(WORKER),
+        Some(json!({"token": "nope"})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "compare-and-delete");
+    let r = call(
+        &app,
+        "DELETE",
+        "/v1/locks/k1",
+        Some(WORKER),
+        Some(json!({"token": tok1})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let r = call(&app, "POST", "/v1/locks/k1", Some(WORKER), None).await;
+    assert!(r.json["fence"].as_u64() > g1["fence"].as_u64());
+    // Let it leak: expire without release.
+    clock.advance(60_000);
+    let r = call(&app, "GET", "/metrics", Some(ADMIN), None).await;
+    assert!(
+        r.text.contains("ternflow_lock_leaked_total 1\n"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("ternflow_locks_held 0\n"));
+}
+
+#[tokio::test]
+async fn limits_and_malformed_bodies() {
+    let (state, _) = state_with(Config {
+        max_body_bytes: 4_096,
+        max_text_bytes: 100,
+        ..Config::default()
+    });
+    let app = app(state);
+    let big = json!({"text": "x".repeat(10_000)});
+    let r = call(&app, "POST", "/v1/jobs", Some(PRODUCER), Some(big)).await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(error_code(&r.json), "too_large");
+    let long = json!({"text": "x".repeat(200)});
+    let r = call(&app, "POST", "/v1/jobs", Some(PRODUCER), Some(long)).await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(error_code(&r.json), "text_too_long");
+    let r = call_raw(
+        &app,
+        "POST",
+        "/v1/jobs",
+        Some(PRODUCER),
+        Some("application/json"),
+        b"{nope".to_vec(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(error_code(&r.json), "bad_json");
+    let r = call_raw(
+        &app,
+        "POST",
+        "/v1/jobs",
+        Some(PRODUCER),
+        None,
+        b"{}".to_vec(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(error_code(&r.json), "bad_content_type");
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs",
+        Some(PRODUCER),
+        Some(json!({"jobs": []})),
+    )
+    .await;
+    assert_eq!(error_code(&r.json), "empty_batch");
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs",
+        Some(PRODUCER),
+        Some(json!({"text": "x", "priority": 5000})),
+    )
+    .await;
+    assert_eq!(error_code(&r.json), "bad_priority");
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/claim",
+        Some(WORKER),
+        Some(json!({"worker": "w", "max": 0})),
+    )
+    .await;
+    assert_eq!(error_code(&r.json), "bad_max");
+    let bad_vec =
+        json!({"token": "t", "result": {"model_id": "m", "vector": "!!", "source": "engine"}});
+    let r = call(&app, "POST", "/v1/jobs/j/ack", Some(WORKER), Some(bad_vec)).await;
+    assert_eq!(error_code(&r.json), "bad_json");
+    let r = call(
+        &app,
+        "POST",
+        "/v1/embed",
+        Some(WORKER),
+        Some(json!({"texts": ["x".repeat(200)]})),
+    )
+    .await;
+    assert_eq!(error_code(&r.json), "text_too_long");
+}
+
+#[tokio::test]
+async fn embed_batches_and_reports_model() {
+    let (state, _) = state_with(Config::default());
+    let app = app(state);
+    let r = call(
+        &app,
+        "POST",
+        "/v1/embed",
+        Some(WORKER),
+        Some(json!({"texts": ["a", "b", "a"]})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["model_id"], "00000000deadbeef");
+    let v = r.json["vectors"].as_array().unwrap();
+    assert_eq!(v.len(), 3);
+    assert_eq!(v[0], v[2]);
+    assert_ne!(v[0], v[1]);
+    let decoded = ternflow_core::codec::decode_vector(v[0].as_str().unwrap()).unwrap();
+    let norm: f32 = decoded.iter().map(|x| x * x).sum();
+    assert!((norm - 1.0).abs() < 1e-4);
+    let r = call(
+        &app,
+        "POST",
+        "/v1/embed",
+        Some(WORKER),
+        Some(json!({"texts": []})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+}
+
+#[derive(Debug)]
+struct SlowEmbedder;
+
+impl Embedder for SlowEmbedder {
+    fn model_id(&self) -> String {
+        "5105105105105105".to_owned()
+    }
+    fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, String> {
+        std::thread::sleep(Duration::from_millis(300));
+        Ok(texts.iter().map(|_| vec![1.0]).collect())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embed_queue_full_is_429_with_retry_after() {
+    let state = AppState::new(
+        Arc::new(EmbeddedStore::in_memory()),
+        common::tokens(),
+        Config {
+            embed_queue: 1,
+            embed_batch: 1,
+            ..Config::default()
+        },
+    )
+    .with_embedder(Arc::new(SlowEmbedder));
+    let app = app(state);
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let app = app.clone();
+        tasks.push(tokio::spawn(async move {
+            call(
+                &app,
+                "POST",
+                "/v1/embed",
+                Some(WORKER),
+                Some(json!({"texts": ["x"]})),
+            )
+            .await
+        }));
+    }
+    let mut ok = 0;
+    let mut limited = 0;
+    for t in tasks {
+        let r = t.await.unwrap();
+        match r.status {
+            StatusCode::OK => ok += 1,
+            StatusCode::TOO_MANY_REQUESTS => {
+                assert!(r.headers.contains_key("retry-after"));
+                limited += 1;
+            }
+            s => panic!("unexpected {s}"),
+        }
+    }
+    assert!(ok >= 1 && limited >= 1, "ok {ok}, limited {limited}");
+}
+
+#[tokio::test]
+async fn no_model_is_503() {
+    let state = AppState::new(
+        Arc::new(EmbeddedStore::in_memory()),
+        common::tokens(),
+        Config::default(),
+    );
+    let r = call(
+        &app(state),
+        "POST",
+        "/v1/embed",
+        Some(WORKER),
+        Some(json!({"texts": ["x"]})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(r.headers.contains_key("retry-after"));
+}
+
+#[tokio::test]
+async fn long_poll_claim_is_woken_by_enqueue() {
+    let state = AppState::new(
+        Arc::new(EmbeddedStore::in_memory()),
+        common::tokens(),
+        Config::default(),
+    );
+    let app = app(state);
+    let a = app.clone();
+    let started = std::time::Instant::now();
+    let waiter = tokio::spawn(async move {
+        call(
+            &a,
+            "POST",
+            "/v1/jobs/claim",
+            Some(WORKER),
+            Some(json!({"worker": "w", "wait_ms": 10_000})),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    call(
+        &app,
+        "POST",
+        "/v1/jobs",
+        Some(PRODUCER),
+        Some(json!({"text": "wake"})),
+    )
+    .await;
+    let r = waiter.await.unwrap();
+    assert_eq!(r.json["jobs"][0]["text"], "wake");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "woken, not timed out"
+    );
+    // An empty queue answers after wait_ms.
+    let started = std::time::Instant::now();
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/claim",
+        Some(WORKER),
+        Some(json!({"worker": "w", "wait_ms": 300})),
+    )
+    .await;
+    assert!(r.json["jobs"].as_array().unwrap().is_empty());
+    assert!(started.elapsed() >= Duration::from_millis(300));
+}
+
+#[tokio::test]
+async fn cors_allow_list_and_corp() {
+    let (state, _) = state_with(Config {
+        cors_origins: vec!["https://app.example".to_owned()],
+        cors_allow_localhost: true,
+        ..Config::default()
+    });
+    let app = app(state);
+    for (origin, allowed) in [
+        ("https://app.example", true),
+        ("http://127.0.0.1:43817", true),
+        ("https://evil.example", false),
+    ] {
+        let req = axum::http::Request::builder()
+            .method("OPTIONS")
+            .uri("/v1/jobs/claim")
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization,content-type",
+            )
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let resp = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap();
+        let acao = resp.headers().get("access-control-allow-origin");
+        assert_eq!(acao.is_some(), allowed, "{origin}");
+        if allowed {
+            assert_eq!(acao.unwrap(), origin);
+        }
+    }
+    let r = call(&app, "GET", "/v1/stats", Some(ADMIN), None).await;
+    assert_eq!(r.headers["cross-origin-resource-policy"], "cross-origin");
+    let r = call(&app, "GET", "/v1/stats", None, None).await;
+    assert_eq!(
+        r.headers["cross-origin-resource-policy"], "cross-origin",
+        "errors too"
+    );
+}
+
+#[tokio::test]
+async fn metrics_stats_and_worker_snapshots() {
+    let (state, _) = state_with(Config::default());
+    let app = app(state);
+    call(
+        &app,
+        "POST",
+        "/v1/jobs",
+        Some(PRODUCER),
+        Some(json!({"text": "a"})),
+    )
+    .await;
+    let snap = json!({"worker": "w1", "counters": {"jobs_done": 3, "cache_hits_local": 2}, "gauges": {"in_flight": 1.0}});
+    let r = call(&app, "POST", "/v1/metrics", Some(WORKER), Some(snap)).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    let r = call(&app, "GET", "/v1/stats", Some(ADMIN), None).await;
+    assert_eq!(r.json["queue"]["ready"], 1);
+    assert_eq!(r.json["counters"]["jobs_enqueued"], 1);
+    assert_eq!(r.json["workers"]["w1"]["counters"]["jobs_done"], 3);
+    let r = call(&app, "GET", "/metrics", Some(ADMIN), None).await;
+    assert_eq!(
+        r.headers["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    for needle in [
+        "ternflow_queue_ready 1\n",
+        "ternflow_jobs_in_flight 0\n",
+        "ternflow_jobs_enqueued_total 1\n",
+        "ternflow_embed_latency_seconds_count",
+        "ternflow_worker_counter{worker=\"w1\",name=\"jobs_done\"} 3\n",
+        "ternflow_worker_gauge{worker=\"w1\",name=\"in_flight\"} 1\n",
+    ] {
+        assert!(r.text.contains(needle), "missing {needle:?}");
+    }
+}
