@@ -1,0 +1,255 @@
+//! Over a real socket: SSE with `Last-Event-ID` resume, and graceful shutdown handing leases back.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{ADMIN, PRODUCER, WORKER};
+use futures_util::StreamExt;
+use serde_json::json;
+use ternflow_core::protocol::JobState;
+use ternflow_server::{run, AppState, Config, EmbeddedStore, Store};
+use tokio::sync::oneshot;
+
+struct Server {
+    base: String,
+    stop: Option<oneshot::Sender<()>>,
+    done: tokio::task::JoinHandle<std::io::Result<()>>,
+    store: Arc<EmbeddedStore>,
+}
+
+async fn start() -> Server {
+    let store = Arc::new(EmbeddedStore::in_memory());
+    let state = AppState::new(
+        store.clone(),
+        common::tokens(),
+        Config {
+            keepalive_ms: 200,
+            ..Config::default()
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, rx) = oneshot::channel::<()>();
+    let done = tokio::spawn(run(listener, state, async move {
+        let _ = rx.await;
+    }));
+    Server {
+        base,
+        stop: Some(stop),
+        done,
+        store,
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Ev {
+    id: Option<u64>,
+    event: String,
+    data: serde_json::Value,
+}
+
+/// Reads SSE frames until `n` events (comments skipped) arrived.
+async fn read_events(
+    stream: &mut (impl futures_util::Stream<Item = reqwest::Result<axum::body::Bytes>> + Unpin),
+    buf: &mut String,
+    n: usize,
+) -> Vec<Ev> {
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while out.len() < n {
+        while let Some(i) = buf.find("\n\n") {
+            let frame: String = buf.drain(..i + 2).collect();
+            let mut ev = Ev {
+                id: None,
+                event: String::new(),
+                data: serde_json::Value::Null,
+            };
+            let mut any = false;
+            for line in frame.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    ev.id = v.trim().parse().ok();
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    ev.event = v.trim().to_owned();
+                    any = true;
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    ev.data = serde_json::from_str(v.trim()).unwrap_or(serde_json::Value::Null);
+                }
+            }
+            if any {
+                out.push(ev);
+            }
+        }
+        if out.len() >= n {
+            break;
+        }
+        let chunk = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .expect("events in time")
+            .expect("stream open")
+            .unwrap();
+        buf.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_resumes_from_last_event_id() {
+    let mut srv = start().await;
+    let http = reqwest::Client::new();
+    let b = &srv.base;
+    let resp = http
+        .get(format!("{b}/v1/events?token={WORKER}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut stream = resp.bytes_stream();
+    let mut buf = String::new();
+    let hello = read_events(&mut stream, &mut buf, 1).await;
+    assert_eq!(hello[0].event, "jobs");
+    assert_eq!(hello[0].id, None);
+
+    let enqueue = |text: &str| {
+        http.post(format!("{b}/v1/jobs"))
+            .bearer_auth(PRODUCER)
+            .json(&json!({ "text": text }))
+            .send()
+    };
+    enqueue("a").await.unwrap();
+    let key = "00000000deadbeef:k";
+    let put = json!({"model_id": "00000000deadbeef", "vector": "AACAPw==", "fence": 1});
+    let r = http
+        .put(format!("{b}/v1/cache/{key}"))
+        .bearer_auth(WORKER)
+        .json(&put)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    http.delete(format!("{b}/v1/cache/{key}"))
+        .bearer_auth(WORKER)
+        .send()
+        .await
+        .unwrap();
+    let evs = read_events(&mut stream, &mut buf, 2).await;
+    assert_eq!(evs[0].event, "jobs");
+    assert_eq!(evs[0].data, json!({"depth": 1}));
+    assert_eq!(evs[1].event, "invalidate");
+    assert_eq!(evs[1].data, json!({"keys": [key]}));
+    let (id1, id2) = (evs[0].id.unwrap(), evs[1].id.unwrap());
+    assert!(id2 > id1);
+    drop(stream);
+
+    // Missed while disconnected.
+    enqueue("b").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    // Resume after the first event: the invalidate and the new jobs event are replayed.
+    let resp = http
+        .get(format!("{b}/v1/events"))
+        .bearer_auth(WORKER)
+        .header("last-event-id", id1.to_string())
+        .send()
+        .await
+        .unwrap();
+    let mut stream = resp.bytes_stream();
+    let mut buf = String::new();
+    let evs = read_events(&mut stream, &mut buf, 3).await;
+    assert_eq!(evs[0].id, Some(id2));
+    assert_eq!(evs[0].event, "invalidate");
+    assert_eq!(evs[1].event, "jobs");
+    assert_eq!(evs[1].data, json!({"depth": 2}));
+    assert!(evs[1].id.unwrap() > id2);
+    assert_eq!(
+        (evs[2].event.as_str(), evs[2].id),
+        ("jobs", None),
+        "then the fresh depth"
+    );
+    // Keep-alives flow.
+    let chunk = tokio::time::timeout(Duration::from_secs(2), stream.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let text = std::str::from_utf8(&chunk).unwrap().to_owned();
+    assert!(
+        text.starts_with(':') && text.contains("keep-alive"),
+        "{text:?}"
+    );
+
+    // No token → 401 even here.
+    let r = http.get(format!("{b}/v1/events")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+
+    // Shutdown ends the open stream (graceful shutdown does not hang on it).
+    srv.stop.take().unwrap().send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), srv.done)
+        .await
+        .expect("shutdown completes with an SSE client connected")
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_hands_leases_back() {
+    let mut srv = start().await;
+    let http = reqwest::Client::new();
+    let b = &srv.base;
+    http.post(format!("{b}/v1/jobs"))
+        .bearer_auth(PRODUCER)
+        .json(&json!({"jobs": [{"id": "j1", "text": "a"}, {"id": "j2", "text": "b"}]}))
+        .send()
+        .await
+        .unwrap();
+    let r: serde_json::Value = http
+        .post(format!("{b}/v1/jobs/claim"))
+        .bearer_auth(WORKER)
+        .json(&json!({"worker": "w", "max": 2}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["jobs"].as_array().unwrap().len(), 2);
+    // j1 finishes; j2 is still in flight at shutdown.
+    let tok = r["jobs"][0]["lease"]["token"].as_str().unwrap();
+    let ack = json!({"token": tok, "result": {"model_id": "m", "vector": "AACAPw==", "source": "engine"}});
+    let id = r["jobs"][0]["id"].as_str().unwrap();
+    let s = http
+        .post(format!("{b}/v1/jobs/{id}/ack"))
+        .bearer_auth(WORKER)
+        .json(&ack)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(s.status(), 200);
+    let stats: serde_json::Value = http
+        .get(format!("{b}/v1/stats"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stats["queue"]["leased"], 1);
+
+    srv.stop.take().unwrap().send(()).unwrap();
+    srv.done.await.unwrap().unwrap();
+    let other = if id == "j1" { "j2" } else { "j1" };
+    let st = srv.store.status(other).await.unwrap().unwrap();
+    assert_eq!(
+        st.state,
+        JobState::Queued { available_at: 0 },
+        "handed back"
+    );
+    assert_eq!(st.attempt, 0, "the handed-back delivery does not count");
+    assert!(matches!(
+        srv.store.status(id).await.unwrap().unwrap().state,
+        JobState::Done { .. }
+    ));
+}
