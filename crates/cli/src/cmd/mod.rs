@@ -4,8 +4,13 @@
 use clap::{Parser, Subcommand};
 
 pub mod bench;
+pub mod bench_server;
+pub mod client;
 pub mod embed;
+pub mod enqueue;
 pub mod gen_model;
+pub mod serve;
+pub mod stats;
 
 /// What a subcommand returns.
 pub type CmdResult = Result<(), Box<dyn std::error::Error>>;
@@ -28,6 +33,14 @@ pub enum Command {
     Bench(bench::Args),
     /// Write a random valid TERN v1 model (for tests and benchmarks).
     GenModel(gen_model::Args),
+    /// Run the companion server: queue, SSE, cache, locks, backend embed, metrics.
+    Serve(serve::Args),
+    /// Submit jobs to a server, one per line (text or JSON).
+    Enqueue(enqueue::Args),
+    /// Show a server's queue depth, counters and workers.
+    Stats(stats::Args),
+    /// Measure server throughput: jobs, cache GET, backend embed.
+    BenchServer(bench_server::Args),
 }
 
 impl Command {
@@ -37,6 +50,10 @@ impl Command {
             Self::Embed(a) => embed::run(a),
             Self::Bench(a) => bench::run(a),
             Self::GenModel(a) => gen_model::run(a),
+            Self::Serve(a) => serve::run(a),
+            Self::Enqueue(a) => enqueue::run(a),
+            Self::Stats(a) => stats::run(a),
+            Self::BenchServer(a) => bench_server::run(a),
         }
     }
 }

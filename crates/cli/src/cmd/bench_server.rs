@@ -1,0 +1,275 @@
+//! `ternflow bench-server`: throughput of the server over real HTTP on this machine — no-op jobs
+//! enqueue → claim → ack, remote cache GET (compared with `redis-benchmark -t get` when the store
+//! is Redis), and backend `POST /v1/embed`. Prints figures; it is not a test.
+//!
+//! Client and server share the machine (and its cores), so the figures are a floor.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use ternflow_core::protocol::{ClaimResponse, EmbedResponse};
+use ternflow_server::{
+    AppState, Config, EmbeddedStore, EngineEmbedder, Fsync, RedisStore, Role, Store, Tokens,
+};
+
+use super::CmdResult;
+
+/// Arguments of `ternflow bench-server`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// `memory` (embedded, no journal), `embedded` (journal in a temp dir) or a Redis URL.
+    #[arg(long, default_value = "embedded")]
+    pub store: String,
+    /// No-op jobs to push through.
+    #[arg(long, default_value_t = 20_000)]
+    pub jobs: usize,
+    /// Concurrent workers (claim → ack loops).
+    #[arg(long, default_value_t = 8)]
+    pub workers: usize,
+    /// Jobs per claim.
+    #[arg(long, default_value_t = 32)]
+    pub claim: u32,
+    /// Concurrent clients for the cache and embed phases.
+    #[arg(long, default_value_t = 16)]
+    pub clients: usize,
+    /// Seconds per timed phase (cache GET, embed).
+    #[arg(long, default_value_t = 5)]
+    pub secs: u64,
+    /// Model for the embed phase (skipped without one; default models/ternlight-int4.bin if present).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+}
+
+const TOKEN: &str = "bench-admin";
+
+fn redis_port(url: &str) -> Option<u16> {
+    let rest = url.strip_prefix("redis://")?;
+    let hostport = rest.split('/').next()?.rsplit('@').next()?;
+    hostport.rsplit_once(':')?.1.parse().ok()
+}
+
+/// Runs `ternflow bench-server`.
+pub fn run(args: Args) -> CmdResult {
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(bench(args))
+}
+
+async fn bench(args: Args) -> CmdResult {
+    let tmp = std::env::temp_dir().join(format!("ternflow-bench-{}", std::process::id()));
+    let prefix = format!("bench{}", std::process::id());
+    let store: Arc<dyn Store> = match args.store.as_str() {
+        "memory" => Arc::new(EmbeddedStore::in_memory()),
+        "embedded" => Arc::new(EmbeddedStore::open(&tmp, Fsync::Never)?),
+        url => Arc::new(RedisStore::connect(url, &prefix).await?),
+    };
+    let mut tokens = Tokens::new();
+    tokens.insert(TOKEN, Role::Admin);
+    let mut state = AppState::new(store, tokens, Config::default());
+    let model = args.model.clone().or_else(|| {
+        let p = PathBuf::from("models/ternlight-int4.bin");
+        p.exists().then_some(p)
+    });
+    if let Some(path) = &model {
+        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        state = state.with_embedder(Arc::new(EngineEmbedder::from_bytes(&bytes)?));
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(ternflow_server::run(listener, state, async move {
+        let _ = stopped.await;
+    }));
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .build()?;
+    println!(
+        "ternflow bench-server: store {}, {} jobs, {} workers × claim {}, {} clients, {} cores",
+        args.store,
+        args.jobs,
+        args.workers,
+        args.claim,
+        args.clients,
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+
+    // Enqueue.
+    let t = Instant::now();
+    for chunk in (0..args.jobs).collect::<Vec<_>>().chunks(1_000) {
+        let jobs: Vec<_> = chunk
+            .iter()
+            .map(|i| json!({ "text": format!("job {i} {}", std::process::id()) }))
+            .collect();
+        let r = http
+            .post(format!("{base}/v1/jobs"))
+            .bearer_auth(TOKEN)
+            .json(&json!({ "jobs": jobs }))
+            .send()
+            .await?;
+        if !r.status().is_success() {
+            return Err(format!("enqueue: {}", r.text().await?).into());
+        }
+    }
+    let enq = t.elapsed();
+    println!(
+        "enqueue (batches of 1000):      {:>10.0} jobs/s",
+        args.jobs as f64 / enq.as_secs_f64()
+    );
+
+    // Claim → ack.
+    let done = Arc::new(AtomicU64::new(0));
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..args.workers {
+        let (http, base, done) = (http.clone(), base.clone(), done.clone());
+        let (target, claim) = (args.jobs as u64, args.claim);
+        tasks.push(tokio::spawn(async move {
+            let ack_result = json!({"model_id": "m", "vector": "AACAPw==", "source": "engine"});
+            while done.load(Ordering::Relaxed) < target {
+                let r: ClaimResponse = http
+                    .post(format!("{base}/v1/jobs/claim"))
+                    .bearer_auth(TOKEN)
+                    .json(&json!({"worker": format!("bench{w}"), "max": claim}))
+                    .send()
+                    .await?
+                    .json()
+                    .await?;
+                if r.jobs.is_empty() {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                let acks = r.jobs.iter().map(|j| {
+                    http.post(format!("{base}/v1/jobs/{}/ack", j.id))
+                        .bearer_auth(TOKEN)
+                        .json(&json!({"token": j.lease.token, "result": ack_result}))
+                        .send()
+                });
+                for a in futures_util::future::join_all(acks).await {
+                    if !a?.status().is_success() {
+                        return Err::<(), Box<dyn std::error::Error + Send + Sync>>(
+                            "ack refused".into(),
+                        );
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await?.map_err(|e| e.to_string())?;
+    }
+    let proc = t.elapsed();
+    println!(
+        "claim → ack (no-op jobs):       {:>10.0} jobs/s",
+        args.jobs as f64 / proc.as_secs_f64()
+    );
+    println!(
+        "enqueue → claim → ack overall:  {:>10.0} jobs/s",
+        args.jobs as f64 / (enq + proc).as_secs_f64()
+    );
+
+    // Cache GET.
+    let key = "0123456789abcdef:bench";
+    let vector = ternflow_core::codec::encode_vector(&vec![0.1f32; 384]);
+    http.put(format!("{base}/v1/cache/{key}"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"model_id": "0123456789abcdef", "vector": vector, "fence": 1}))
+        .send()
+        .await?;
+    let gets = timed(args.clients, args.secs, {
+        let (http, url) = (http.clone(), format!("{base}/v1/cache/{key}"));
+        move || {
+            let req = http.get(&url).bearer_auth(TOKEN).send();
+            async move { req.await.map(|r| r.status().is_success()).unwrap_or(false) }
+        }
+    })
+    .await;
+    println!("cache GET (384-d vector):       {gets:>10.0} req/s");
+    if let Some(port) = redis_port(&args.store) {
+        let out = std::process::Command::new("redis-benchmark")
+            .args(["-p", &port.to_string(), "-t", "get", "-n", "200000", "-c"])
+            .arg(args.clients.to_string())
+            .args(["-d", "1536", "-q"])
+            .output();
+        match out {
+            Ok(o) => {
+                let text = String::from_utf8_lossy(&o.stdout);
+                let raw = text
+                    .split_whitespace()
+                    .zip(text.split_whitespace().skip(1))
+                    .find(|(_, next)| *next == "requests")
+                    .and_then(|(n, _)| n.parse::<f64>().ok());
+                match raw {
+                    Some(raw) => println!(
+                        "redis-benchmark -t get -d 1536: {raw:>10.0} req/s  → server = {:.0} % of raw Redis",
+                        gets / raw * 100.0
+                    ),
+                    None => println!("redis-benchmark output not understood: {text}"),
+                }
+            }
+            Err(e) => println!("redis-benchmark not run: {e}"),
+        }
+    }
+
+    // Embed.
+    if model.is_some() {
+        let n = Arc::new(AtomicU64::new(0));
+        let texts = timed(args.clients, args.secs, {
+            let (http, url, n) = (http.clone(), format!("{base}/v1/embed"), n.clone());
+            move || {
+                let i = n.fetch_add(1, Ordering::Relaxed);
+                let req = http
+                    .post(&url)
+                    .bearer_auth(TOKEN)
+                    .json(&json!({"texts": [format!("the quick brown fox number {i} jumps over the lazy dog")]}))
+                    .send();
+                async move {
+                    match req.await {
+                        Ok(r) if r.status().is_success() => r.json::<EmbedResponse>().await.is_ok(),
+                        _ => false,
+                    }
+                }
+            }
+        })
+        .await;
+        println!("POST /v1/embed (1 text each):   {texts:>10.1} texts/s");
+    } else {
+        println!("POST /v1/embed: skipped (no --model)");
+    }
+
+    let _ = stop.send(());
+    server.await??;
+    if args.store == "embedded" {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    Ok(())
+}
+
+/// Runs `op` from `clients` concurrent loops for `secs` seconds; successful ops per second.
+async fn timed<F, Fut>(clients: usize, secs: u64, op: F) -> f64
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let ok = Arc::new(AtomicU64::new(0));
+    let end = Instant::now() + Duration::from_secs(secs);
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let (op, ok) = (op.clone(), ok.clone());
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < end {
+                if op().await {
+                    ok.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    ok.load(Ordering::Relaxed) as f64 / t.elapsed().as_secs_f64()
+}

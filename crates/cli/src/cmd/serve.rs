@@ -1,0 +1,154 @@
+//! `ternflow serve`: run the companion server (queue, SSE, cache, locks, backend embed, metrics).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ternflow_server::{
+    AppState, Config, EmbeddedStore, EngineEmbedder, Fsync, RedisStore, Role, Store, Tokens,
+};
+
+use super::CmdResult;
+
+/// Default model file, used when present and `--model` is not given.
+const DEFAULT_MODEL: &str = "models/ternlight-int4.bin";
+
+/// Arguments of `ternflow serve`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8787")]
+    pub addr: String,
+    /// `embedded` (a journal in --data-dir) or a Redis URL (`redis://host:6379/0`).
+    #[arg(long, default_value = "embedded")]
+    pub store: String,
+    /// Directory of the embedded store.
+    #[arg(long, default_value = "ternflow-data")]
+    pub data_dir: PathBuf,
+    /// Embedded store: `fdatasync` every write (survives power loss) instead of flushing only.
+    #[arg(long)]
+    pub fsync_always: bool,
+    /// Key prefix in Redis (several deployments can share one Redis).
+    #[arg(long, default_value = "tf")]
+    pub redis_prefix: String,
+    /// TERN v1 model for `POST /v1/embed` (default: models/ternlight-int4.bin when present).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Token file: one `token:role` per line (roles: producer, worker, admin). Tokens are also
+    /// read from `TERNFLOW_TOKENS="tok1:producer,tok2:worker"`.
+    #[arg(long)]
+    pub tokens: Option<PathBuf>,
+    /// Accept this token with the admin role. For demos on a trusted machine only.
+    #[arg(long, value_name = "TOKEN")]
+    pub insecure_dev_token: Option<String>,
+    /// Allowed CORS origin (repeatable), e.g. `https://app.example.com`.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    pub cors_origins: Vec<String>,
+    /// Also allow `http://localhost:*` and `http://127.0.0.1:*` origins (browser tests, demos).
+    #[arg(long)]
+    pub cors_allow_localhost: bool,
+    /// Lease length in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    pub lease_ms: u64,
+    /// Deliveries before a job is dead-lettered.
+    #[arg(long, default_value_t = 5)]
+    pub max_attempts: u32,
+}
+
+fn tokens(args: &Args) -> Result<Tokens, Box<dyn std::error::Error>> {
+    let mut spec = String::new();
+    if let Some(path) = &args.tokens {
+        spec.push_str(
+            &std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?,
+        );
+        spec.push('\n');
+    }
+    if let Ok(env) = std::env::var("TERNFLOW_TOKENS") {
+        spec.push_str(&env);
+    }
+    let mut t = Tokens::parse(&spec).map_err(|e| format!("tokens: {e}"))?;
+    if let Some(dev) = &args.insecure_dev_token {
+        eprintln!("ternflow: WARNING: --insecure-dev-token grants admin to anyone who knows it");
+        t.insert(dev.clone(), Role::Admin);
+    }
+    if t.is_empty() {
+        return Err(
+            "no tokens configured: pass --tokens FILE, set TERNFLOW_TOKENS, \
+                    or (demos only) --insecure-dev-token TOKEN"
+                .into(),
+        );
+    }
+    Ok(t)
+}
+
+/// Runs `ternflow serve`.
+pub fn run(args: Args) -> CmdResult {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,ternflow_server=info".into()),
+        )
+        .init();
+    let tokens = tokens(&args)?;
+    let model = args.model.clone().or_else(|| {
+        let p = PathBuf::from(DEFAULT_MODEL);
+        p.exists().then_some(p)
+    });
+    let config = Config {
+        lease_ms: args.lease_ms,
+        max_attempts: args.max_attempts,
+        cors_origins: args.cors_origins.clone(),
+        cors_allow_localhost: args.cors_allow_localhost,
+        ..Config::default()
+    };
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async move {
+        let store: Arc<dyn Store> = if args.store == "embedded" {
+            let fsync = if args.fsync_always {
+                Fsync::Always
+            } else {
+                Fsync::Never
+            };
+            Arc::new(EmbeddedStore::open(&args.data_dir, fsync)?)
+        } else if args.store.starts_with("redis://") || args.store.starts_with("rediss://") {
+            Arc::new(RedisStore::connect(&args.store, &args.redis_prefix).await?)
+        } else {
+            return Err(format!("--store must be `embedded` or a redis:// URL, not {:?}", args.store).into());
+        };
+        let mut state = AppState::new(store, tokens, config);
+        match &model {
+            Some(path) => {
+                let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+                let embedder = EngineEmbedder::from_bytes(&bytes)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                tracing::info!(model = %path.display(), model_id = %ternflow_server::Embedder::model_id(&embedder), "model loaded");
+                state = state.with_embedder(Arc::new(embedder));
+            }
+            None => tracing::warn!("no model: POST /v1/embed answers 503 (pass --model FILE)"),
+        }
+        let listener = tokio::net::TcpListener::bind(&args.addr).await?;
+        tracing::info!(addr = %listener.local_addr()?, store = %args.store, "ternflow-server listening");
+        ternflow_server::run(listener, state, shutdown_signal()).await?;
+        Ok::<(), Box<dyn std::error::Error>>(())
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}
