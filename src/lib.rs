@@ -10,6 +10,7 @@
 //!   and the traits this crate implements. No web-sys.
 //! - [`ternflow_engine`] (`crates/engine`): the Ternlight inference engine. No web deps.
 //! - `idb` (wasm32 only): the IndexedDB-backed local cache, over `rexie`.
+//! - `engine_api` (wasm32 only): the `#[wasm_bindgen]` surface of the engine (`TernflowEngine`).
 //!
 //! Nothing here touches `window`: every browser API is reached through the global scope, so the
 //! same code runs in a dedicated worker, a shared worker or an edge isolate.
@@ -19,6 +20,9 @@ pub use ternflow_engine as engine;
 
 #[cfg(target_arch = "wasm32")]
 pub mod idb;
+
+#[cfg(target_arch = "wasm32")]
+pub mod engine_api;
 
 /// The crate version, as built.
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen::prelude::wasm_bindgen)]

@@ -1,7 +1,5 @@
 //! [`Engine`]: a loaded model, its tokenizer and the buffers of one forward pass.
 
-use sha2::{Digest, Sha256};
-
 use crate::error::{Error, Result};
 use crate::format::Config;
 use crate::forward::{forward, Scratch};
@@ -55,7 +53,7 @@ impl Engine {
         let scratch = Scratch::new(&weights);
         let max_ids = usize::from(weights.config.max_seq_len);
         Ok(Self {
-            model_id: hex(&Sha256::digest(model)[..8]),
+            model_id: hex(&weights.sha256[..8]),
             scratch,
             tokenizer,
             kernel: Kernel::best(),

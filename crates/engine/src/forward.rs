@@ -12,6 +12,7 @@
 //! nothing.
 
 use crate::kernels::{scalar, Kernel};
+use crate::math::{gelu, round_half_away, sum_lanes, sum_sq_dev};
 use crate::model::{padded, BitMatrix, Weights};
 
 const LN_EPS: f32 = 1e-5;
@@ -76,22 +77,16 @@ impl Scratch {
     }
 }
 
-/// Layer norm of one row into `out`; statistics summed in f64.
+/// Layer norm of one row into `out`, with optional weight and bias.
 fn layer_norm(x: &[f32], w: Option<(&[f32], &[f32])>, out: &mut [f32]) {
-    let n = x.len() as f64;
-    let mean = x.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
-    let var = x
-        .iter()
-        .map(|&v| {
-            let d = f64::from(v) - mean;
-            d * d
-        })
-        .sum::<f64>()
-        / n;
-    let inv = (1.0 / (var + f64::from(LN_EPS)).sqrt()) as f32;
-    let mean = mean as f32;
+    let n = x.len() as f32;
+    let mean = sum_lanes(x) / n;
+    let var = sum_sq_dev(x, mean) / n;
+    let inv = 1.0 / (var + LN_EPS).sqrt();
+    let out = &mut out[..x.len()];
     match w {
         Some((g, b)) => {
+            let (g, b) = (&g[..x.len()], &b[..x.len()]);
             for i in 0..x.len() {
                 out[i] = (x[i] - mean) * inv * g[i] + b[i];
             }
@@ -111,7 +106,7 @@ fn quantize_row(x: &[f32], tmp: &mut [f32], q: &mut [i16]) -> f32 {
     let max = tmp[..n].iter().fold(0f32, |m, v| m.max(v.abs()));
     let s = 128.0 / max.max(1e-5);
     for (qi, &v) in q[..n].iter_mut().zip(&tmp[..n]) {
-        *qi = (v * s).round().clamp(-128.0, 127.0) as i16;
+        *qi = round_half_away(v * s).clamp(-128.0, 127.0) as i16;
     }
     q[n..].fill(0);
     1.0 / s
@@ -151,12 +146,6 @@ struct QuantBufs<'a> {
     inv_s: &'a mut [f32],
     acc: &'a mut [i32],
     tmp: &'a mut [f32],
-}
-
-/// `0.5·x·(1 + erf(x/√2))`.
-#[inline]
-fn gelu(x: f32) -> f32 {
-    0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
 /// Runs the model on `ids` (1 ≤ len ≤ `max_seq_len`, every id < `vocab_size`) and writes the

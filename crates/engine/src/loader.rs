@@ -64,6 +64,53 @@ pub(crate) fn layout(c: &Config) -> Option<Vec<(String, usize)>> {
     Some(s.into_iter().map(|(w, n)| (w, n as usize)).collect())
 }
 
+/// Bytes hashed per call of [`hash_chunk`].
+const HASH_CHUNK: usize = 1 << 16;
+
+/// One hashing step, kept out of line: in a wasm engine a function that is called many times
+/// gets tiered up to optimised code after a few calls, while one long-running call would stay in
+/// the baseline compiler's code for the whole 7.5 MB.
+#[inline(never)]
+fn hash_chunk(hasher: &mut Sha256, chunk: &[u8]) {
+    hasher.update(chunk);
+}
+
+/// Ternary byte → its four weights (`00`=0, `01`=+1, `10`=−1; `11` reads 0 and is caught by
+/// [`has_reserved_code`]).
+static TERNARY_LUT: [[i8; 4]; 256] = {
+    let mut t = [[0i8; 4]; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut k = 0;
+        while k < 4 {
+            t[b][k] = match (b >> (2 * k)) & 3 {
+                1 => 1,
+                2 => -1,
+                _ => 0,
+            };
+            k += 1;
+        }
+        b += 1;
+    }
+    t
+};
+
+/// Whether any 2-bit code in `bytes` is the reserved `11`.
+pub(crate) fn has_reserved_code(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .fold(0u8, |acc, &b| acc | (b & (b >> 1) & 0x55))
+        != 0
+}
+
+/// Unpacks one packed ternary row into `dst` (`dst.len() == 4 * src.len()`).
+#[inline(never)]
+fn unpack_row(src: &[u8], dst: &mut [i8]) {
+    for (d4, &b) in dst.chunks_exact_mut(4).zip(src) {
+        d4.copy_from_slice(&TERNARY_LUT[usize::from(b)]);
+    }
+}
+
 /// Sequential reader over the content (header and body, trailer excluded).
 struct Cursor<'a> {
     bytes: &'a [u8],
@@ -116,20 +163,13 @@ impl<'a> Cursor<'a> {
         } else {
             vec![0.0; rows]
         };
+        if has_reserved_code(packed) {
+            return Err(Error::ReservedTernaryCode(what.into()));
+        }
         let stride = padded(cols);
         let mut w = vec![0i8; rows * stride];
         for (r, row) in packed.chunks_exact(cols / 4).enumerate() {
-            let dst = &mut w[r * stride..r * stride + cols];
-            for (d4, &b) in dst.chunks_exact_mut(4).zip(row) {
-                for (k, d) in d4.iter_mut().enumerate() {
-                    *d = match (b >> (2 * k)) & 3 {
-                        0 => 0,
-                        1 => 1,
-                        2 => -1,
-                        _ => return Err(Error::ReservedTernaryCode(what.into())),
-                    };
-                }
-            }
+            unpack_row(row, &mut w[r * stride..r * stride + cols]);
         }
         Ok(BitMatrix {
             rows,
@@ -184,7 +224,12 @@ pub fn load(bytes: &[u8]) -> Result<Weights> {
         return Err(Error::TrailingBytes(bytes.len() - total));
     }
     let (content, trailer) = bytes.split_at(total - TRAILER_LEN);
-    let digest = Sha256::digest(content);
+    let mut hasher = Sha256::new();
+    for chunk in content.chunks(HASH_CHUNK) {
+        hash_chunk(&mut hasher, chunk);
+    }
+    let mut whole = hasher.clone();
+    let digest = hasher.finalize();
     if digest.as_slice() != trailer {
         return Err(Error::ChecksumMismatch {
             expected: hex(trailer),
@@ -254,7 +299,9 @@ pub fn load(bytes: &[u8]) -> Result<Weights> {
     let proj_w = cur.f32s(o * d, "projection weights")?;
     let proj_b = cur.f32s(o, "projection bias")?;
     debug_assert_eq!(cur.pos, content.len());
+    whole.update(trailer);
     Ok(Weights {
+        sha256: whole.finalize().into(),
         config,
         embeddings,
         layers,

@@ -124,6 +124,8 @@ pub struct Layer {
 /// Everything the forward pass reads.
 #[derive(Debug, Clone)]
 pub struct Weights {
+    /// SHA-256 of the whole file (trailer included); its first 8 bytes, hex, are the model id.
+    pub sha256: [u8; 32],
     /// The header.
     pub config: Config,
     /// Token embeddings.

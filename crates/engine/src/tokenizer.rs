@@ -14,12 +14,11 @@
 //! probing HF itself, so that both agree on every code point. Special-token text such as `[PAD]` in
 //! the input is ordinary text.
 
-use std::collections::HashMap;
-
 use unicode_normalization::UnicodeNormalization;
 
 use crate::error::{Error, Result};
 use crate::unicode_tables::{CLEAN_WS, CONTROL, MN, PUNCT, SPLIT_WS};
+use crate::vocab::Vocab;
 
 /// Words longer than this many characters become `[UNK]`.
 pub const MAX_WORD_CHARS: usize = 100;
@@ -87,14 +86,10 @@ fn is_mn(c: char) -> bool {
 /// A WordPiece vocabulary with BERT's special tokens.
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
-    /// Whole-word pieces (and everything else in the file) by text.
-    vocab: HashMap<String, u32>,
-    /// Continuation pieces by their text without the `##` prefix.
-    continuations: HashMap<String, u32>,
+    vocab: Vocab,
     unk: u32,
     cls: u32,
     sep: u32,
-    len: usize,
 }
 
 impl Tokenizer {
@@ -104,22 +99,10 @@ impl Tokenizer {
     /// # Errors
     /// [`Error::Vocab`] when `[UNK]`, `[CLS]` or `[SEP]` is missing.
     pub fn from_vocab(text: &str) -> Result<Self> {
-        let mut vocab = HashMap::new();
-        let mut continuations = HashMap::new();
-        let mut len = 0;
-        for (id, line) in text.lines().enumerate() {
-            let tok = line.trim_end();
-            let id = u32::try_from(id).map_err(|_| Error::Vocab("too many lines".into()))?;
-            vocab.insert(tok.to_string(), id);
-            if let Some(rest) = tok.strip_prefix("##") {
-                continuations.insert(rest.to_string(), id);
-            }
-            len += 1;
-        }
+        let vocab = Vocab::parse(text);
         let special = |name: &str| {
             vocab
-                .get(name)
-                .copied()
+                .get("", name)
                 .ok_or_else(|| Error::Vocab(format!("no {name} token")))
         };
         Ok(Self {
@@ -127,27 +110,37 @@ impl Tokenizer {
             cls: special("[CLS]")?,
             sep: special("[SEP]")?,
             vocab,
-            continuations,
-            len,
         })
     }
 
     /// Number of lines in the vocabulary (ids are below this).
     #[must_use]
     pub fn len(&self) -> usize {
-        self.len
+        self.vocab.len()
     }
 
     /// Whether the vocabulary is empty (never, once built: it holds the special tokens).
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.vocab.is_empty()
     }
 
     /// The largest id any token can get.
     #[must_use]
     pub fn max_id(&self) -> u32 {
-        self.vocab.values().copied().max().unwrap_or(0)
+        self.vocab.len().saturating_sub(1) as u32
+    }
+
+    /// The id of a vocabulary entry.
+    #[must_use]
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.vocab.get("", token)
+    }
+
+    /// The text of an id.
+    #[must_use]
+    pub fn id_to_token(&self, id: u32) -> Option<&str> {
+        self.vocab.token(id)
     }
 
     /// Tokenizes `text` into `[CLS] … [SEP]`, at most `max_ids` ids (at least 2).
@@ -206,12 +199,8 @@ impl Tokenizer {
             let mut found = None;
             while start < end {
                 let piece = &word[start..end];
-                let map = if start == 0 {
-                    &self.vocab
-                } else {
-                    &self.continuations
-                };
-                if let Some(&id) = map.get(piece) {
+                let prefix = if start == 0 { "" } else { "##" };
+                if let Some(id) = self.vocab.get(prefix, piece) {
                     found = Some(id);
                     break;
                 }
@@ -258,8 +247,10 @@ mod tests {
     }
 
     fn pieces(t: &Tokenizer, text: &str) -> Vec<String> {
-        let inv: HashMap<u32, &String> = t.vocab.iter().map(|(k, v)| (*v, k)).collect();
-        t.encode(text, 128).iter().map(|i| inv[i].clone()).collect()
+        t.encode(text, 128)
+            .iter()
+            .map(|&i| t.id_to_token(i).unwrap().to_string())
+            .collect()
     }
 
     #[test]
@@ -279,7 +270,10 @@ mod tests {
         let ids = t.encode(&"word ".repeat(500), 128);
         assert_eq!(ids.len(), 128);
         assert_eq!(ids[127], t.sep);
-        assert_eq!(t.encode("a b c", 3), vec![t.cls, t.vocab["a"], t.sep]);
+        assert_eq!(
+            t.encode("a b c", 3),
+            vec![t.cls, t.token_to_id("a").unwrap(), t.sep]
+        );
     }
 
     #[test]

@@ -1,0 +1,73 @@
+//! `#[wasm_bindgen]` surface of the Ternlight engine, for the worker and the benchmarks.
+//!
+//! A thin wrapper: errors become `JsError` here and nowhere else.
+
+use wasm_bindgen::prelude::*;
+
+use ternflow_engine::Engine;
+
+/// A loaded Ternlight model (JS name `TernflowEngine`).
+#[wasm_bindgen]
+#[derive(Debug)]
+pub struct TernflowEngine {
+    inner: Engine,
+}
+
+#[wasm_bindgen]
+impl TernflowEngine {
+    /// Loads a TERN v1 file with the bundled BERT uncased vocabulary.
+    ///
+    /// # Errors
+    /// A `JsError` carrying the engine's message when the file is not a valid TERN v1 model.
+    #[wasm_bindgen(constructor)]
+    pub fn new(model: &[u8]) -> Result<TernflowEngine, JsError> {
+        Ok(Self {
+            inner: Engine::from_bytes(model)?,
+        })
+    }
+
+    /// Loads a TERN v1 file with the vocabulary text of a `vocab.txt`.
+    ///
+    /// # Errors
+    /// As [`TernflowEngine::new`], or when the vocabulary does not fit the model.
+    #[wasm_bindgen(js_name = withVocab)]
+    pub fn with_vocab(model: &[u8], vocab: &str) -> Result<TernflowEngine, JsError> {
+        Ok(Self {
+            inner: Engine::from_bytes_with_vocab(model, vocab)?,
+        })
+    }
+
+    /// The L2-normalised embedding of `text` (a new `Float32Array`).
+    pub fn embed(&mut self, text: &str) -> Vec<f32> {
+        self.inner.embed(text)
+    }
+
+    /// Token ids of `text`.
+    pub fn tokenize(&self, text: &str) -> Vec<u32> {
+        self.inner.tokenize(text)
+    }
+
+    /// First 16 hex digits of the model file's SHA-256.
+    #[wasm_bindgen(getter, js_name = modelId)]
+    pub fn model_id(&self) -> String {
+        self.inner.model_id().to_string()
+    }
+
+    /// Length of every vector.
+    #[wasm_bindgen(getter, js_name = outputDim)]
+    pub fn output_dim(&self) -> usize {
+        self.inner.output_dim()
+    }
+
+    /// The integer kernel in use (`simd128` in a SIMD build).
+    #[wasm_bindgen(getter)]
+    pub fn kernel(&self) -> String {
+        self.inner.kernel().name().to_string()
+    }
+}
+
+/// Bytes of wasm linear memory in use by this module.
+#[wasm_bindgen(js_name = wasmMemoryBytes)]
+pub fn wasm_memory_bytes() -> f64 {
+    (core::arch::wasm32::memory_size(0) * 65536) as f64
+}
