@@ -8,7 +8,34 @@
 //! - [`protocol`]: the HTTP protocol's request and response types (serde), shared by server and worker.
 //! - [`codec`]: compact vector encoding (little-endian f32, base64 in JSON).
 //! - [`keys`]: job ids and cache keys (model id + text hash).
+//! - [`ports`]: the traits adapters implement (`JobSource`, `LocalCache`, `RemoteCache`, `Locks`,
+//!   `Embedder`, `Clock`, `Wakeups`).
+//! - [`pipeline`]: one text through local cache → remote cache → lock → engine or backend →
+//!   write-through; [`job`]: one claimed job with heartbeats, retries, ack or nack;
+//!   [`worker`]: the claim loop with bounded concurrency and graceful drain.
+//! - [`retry`], [`breaker`], [`ratelimit`]: backoff with jitter, circuit breaker, token bucket.
+//! - [`metrics`], [`trace`]: the metrics registry and W3C trace context.
+//! - [`config`]: the worker's settings; [`error`]: the crate's one error enum.
+//! - [`memory`]: in-memory ports and a fake clock for tests.
 
+pub mod breaker;
 pub mod codec;
+pub mod config;
+pub mod error;
+pub mod job;
 pub mod keys;
+pub mod memory;
+pub mod metrics;
+pub mod pipeline;
+pub mod ports;
 pub mod protocol;
+pub mod ratelimit;
+pub mod retry;
+pub mod rng;
+pub mod signal;
+pub mod trace;
+pub mod worker;
+
+pub use config::Config;
+pub use error::{Error, Result};
+pub use pipeline::{Adapters, Pipeline, Ports, Resolved};

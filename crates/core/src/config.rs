@@ -1,0 +1,73 @@
+//! The worker's tunables, with defaults suited to a browser worker.
+
+use serde::{Deserialize, Serialize};
+
+use crate::retry::Backoff;
+
+/// Pipeline settings. Every field has a default; the JS API passes a partial object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    /// Worker name (claims, metrics, attempt history).
+    pub worker_id: String,
+    /// Most jobs in flight at once: claims never ask for more than the free slots.
+    pub concurrency: u32,
+    /// Longest text accepted, in UTF-8 bytes; longer ones are dead-lettered as `text_too_long`.
+    pub max_text_bytes: usize,
+    /// Local cache TTL, ms (jittered by `ttl_jitter`).
+    pub local_ttl_ms: u64,
+    /// Remote cache TTL asked of the server, ms.
+    pub remote_ttl_ms: u64,
+    /// ± fraction applied to TTLs.
+    pub ttl_jitter: f64,
+    /// Single-flight lock TTL, ms (renewed while held).
+    pub lock_ttl_ms: u64,
+    /// How long to wait for a lock held elsewhere, re-checking the caches between tries.
+    pub lock_wait: Backoff,
+    /// Retries of transient failures inside the worker before the job is nacked.
+    pub retry: Backoff,
+    /// Long-poll wait of a claim, ms.
+    pub claim_wait_ms: u64,
+    /// Longest idle wait for an SSE wake-up before claiming anyway, ms.
+    pub watchdog_ms: u64,
+    /// Consecutive engine failures that open the engine breaker.
+    pub engine_breaker_failures: u32,
+    /// Consecutive backend failures that open the backend breaker.
+    pub backend_breaker_failures: u32,
+    /// How long an open breaker refuses calls before a half-open trial, ms.
+    pub breaker_open_ms: u64,
+    /// Sustained backend calls per second.
+    pub backend_rate_per_s: f64,
+    /// Backend burst.
+    pub backend_burst: u32,
+    /// Seed for jitter and trace ids (0 = from the clock).
+    pub seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            worker_id: "worker".into(),
+            concurrency: 4,
+            max_text_bytes: 16 * 1024,
+            local_ttl_ms: 7 * 24 * 3_600_000,
+            remote_ttl_ms: 24 * 3_600_000,
+            ttl_jitter: 0.1,
+            lock_ttl_ms: 10_000,
+            lock_wait: Backoff {
+                base_ms: 20,
+                max_ms: 1_000,
+                max_attempts: 10,
+            },
+            retry: Backoff::default(),
+            claim_wait_ms: 1_000,
+            watchdog_ms: 5_000,
+            engine_breaker_failures: 3,
+            backend_breaker_failures: 5,
+            breaker_open_ms: 10_000,
+            backend_rate_per_s: 50.0,
+            backend_burst: 20,
+            seed: 0,
+        }
+    }
+}

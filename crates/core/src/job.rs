@@ -1,0 +1,171 @@
+//! One claimed job, from lease to ack: heartbeats keep the lease (and the text's lock) alive while
+//! the pipeline runs; transient failures are retried here with backoff and jitter; what still
+//! fails is nacked (the server re-delivers it later, or dead-letters it after its attempt limit);
+//! permanent failures are nacked as not retryable, straight to the dead-letter queue.
+
+use std::cell::RefCell;
+
+use futures_util::future::{select, Either};
+use futures_util::pin_mut;
+
+use crate::error::{Error, Result};
+use crate::metrics::names;
+use crate::pipeline::{HeldLock, Pipeline, Ports};
+use crate::ports::{Clock, JobSource, Locks};
+use crate::protocol::{AckRequest, ClaimedJob, JobResult, NackRequest, NackResponse, ResultSource};
+use crate::trace::TraceParent;
+
+/// How a job ended for this worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobOutcome {
+    /// Acked with a vector from this source.
+    Done(ResultSource),
+    /// Nacked for a later re-delivery (or the nack could not be sent and the lease will expire).
+    Retry(String),
+    /// Dead-lettered by the server, with the reason.
+    Dead(String),
+    /// The lease was lost; whoever holds the job now finishes it.
+    LeaseLost,
+}
+
+impl<P: Ports> Pipeline<P> {
+    /// Runs one claimed job to its end. Never fails: every ending is an outcome, and every
+    /// failure reaches the server (a nack) or expires the lease so the server re-delivers.
+    pub async fn run_job(&self, job: &ClaimedJob) -> JobOutcome {
+        let trace = TraceParent::parse(&job.traceparent)
+            .map(|t| t.child(&self.rng))
+            .unwrap_or_else(|| TraceParent::new_root(&self.rng))
+            .header();
+        let held = RefCell::new(None);
+        let work = self.work(job, &trace, &held);
+        let beat = self.heartbeat(job, &trace, &held);
+        pin_mut!(work, beat);
+        match select(work, beat).await {
+            Either::Left((outcome, _)) => outcome,
+            Either::Right(((), _)) => {
+                self.metrics.inc(names::LEASES_LOST);
+                JobOutcome::LeaseLost
+            }
+        }
+    }
+
+    async fn work(
+        &self,
+        job: &ClaimedJob,
+        trace: &str,
+        held: &RefCell<Option<HeldLock>>,
+    ) -> JobOutcome {
+        if let Err(e) = self.validate(&job.text) {
+            return self.give_back(job, &e, trace).await;
+        }
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.resolve_and_ack(job, trace, held).await {
+                Ok(source) => {
+                    self.metrics.inc(names::JOBS_DONE);
+                    return JobOutcome::Done(source);
+                }
+                Err(Error::LeaseLost(_)) => {
+                    self.metrics.inc(names::LEASES_LOST);
+                    return JobOutcome::LeaseLost;
+                }
+                Err(e) if e.is_retryable() && self.cfg.retry.allows(tries) => {
+                    self.metrics.inc(names::RETRIES);
+                    let d = self
+                        .cfg
+                        .retry
+                        .delay_ms(tries - 1, e.retry_after_ms(), &self.rng);
+                    self.clock.sleep(d).await;
+                }
+                Err(e) => return self.give_back(job, &e, trace).await,
+            }
+        }
+    }
+
+    async fn resolve_and_ack(
+        &self,
+        job: &ClaimedJob,
+        trace: &str,
+        held: &RefCell<Option<HeldLock>>,
+    ) -> Result<ResultSource> {
+        let r = self
+            .resolve_with(&job.text, Some(&job.model_id), trace, held)
+            .await?;
+        let ack = AckRequest {
+            token: job.lease.token.clone(),
+            result: JobResult {
+                model_id: r.model_id,
+                vector: r.vector.into(),
+                source: r.source,
+            },
+        };
+        self.source.ack(&job.id, &ack, trace).await?;
+        Ok(r.source)
+    }
+
+    /// Nacks `job` with `err`: retryable errors come back later, permanent ones go to the DLQ.
+    async fn give_back(&self, job: &ClaimedJob, err: &Error, trace: &str) -> JobOutcome {
+        let nack = NackRequest {
+            token: job.lease.token.clone(),
+            error: err.to_job_error(),
+        };
+        match self.source.nack(&job.id, &nack, trace).await {
+            Ok(NackResponse::Dead) => {
+                self.metrics.inc(names::JOBS_DEAD);
+                JobOutcome::Dead(err.code().to_owned())
+            }
+            Ok(NackResponse::Retry { .. }) => {
+                self.metrics.inc(names::JOBS_NACKED);
+                JobOutcome::Retry(err.code().to_owned())
+            }
+            Err(Error::LeaseLost(_)) => {
+                self.metrics.inc(names::LEASES_LOST);
+                JobOutcome::LeaseLost
+            }
+            Err(_) => {
+                // The server is unreachable: the lease expires and the job is re-delivered.
+                self.metrics.inc("nack_failures");
+                JobOutcome::Retry(err.code().to_owned())
+            }
+        }
+    }
+
+    /// Keeps the lease and any held lock alive; returns only when the lease is lost.
+    async fn heartbeat(&self, job: &ClaimedJob, trace: &str, held: &RefCell<Option<HeldLock>>) {
+        let mut expires_at = job.lease.expires_at;
+        loop {
+            let now = self.clock.now_ms();
+            let lease_left = expires_at.saturating_sub(now);
+            let interval = (lease_left / 3)
+                .min(self.cfg.lock_ttl_ms / 3)
+                .clamp(20, 30_000);
+            self.clock.sleep(interval).await;
+            match self
+                .source
+                .heartbeat(&job.id, &job.lease.token, trace)
+                .await
+            {
+                Ok(lease) => {
+                    self.metrics.inc(names::HEARTBEATS);
+                    expires_at = lease.expires_at;
+                }
+                Err(Error::LeaseLost(_)) => return,
+                Err(_) if self.clock.now_ms() >= expires_at => return,
+                Err(_) => {} // transient: try again while the lease may still be ours
+            }
+            let lock = held.borrow().clone();
+            if let Some(h) = lock {
+                if let Ok(g) = self
+                    .locks
+                    .renew(&h.key, &h.grant.token, self.cfg.lock_ttl_ms, trace)
+                    .await
+                {
+                    if let Some(cur) = held.borrow_mut().as_mut() {
+                        cur.grant = g;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,577 @@
+//! In-memory implementations of every port, and a fake clock, for native tests of the pipeline.
+//!
+//! They follow the server's semantics (leases with tokens and fences, fenced cache writes,
+//! compare-and-delete locks, attempt limits and a dead-letter list) closely enough that the
+//! pipeline's branches are exercised for real, and they let a test inject failures.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+use crate::error::{Error, Result};
+use crate::keys::job_id;
+use crate::ports::{
+    Clock, Embedder, JobSource, LocalCache, Locks, PutOutcome, RemoteCache, Wakeups,
+};
+use crate::protocol::{
+    AckRequest, CacheEntry, CachePut, ClaimedJob, JobError, JobResult, Lease, LockGrant,
+    NackRequest, NackResponse,
+};
+
+/// A virtual clock with its own executor: time stands still while any task can make progress
+/// and jumps to the next timer when every task is waiting on one (like a paused tokio clock), so
+/// leases, TTLs and backoff are tested exactly and instantly. Cloning shares it.
+#[derive(Debug, Clone, Default)]
+pub struct FakeClock {
+    now: Rc<Cell<u64>>,
+    timers: Rc<RefCell<Vec<(u64, Waker)>>>,
+}
+
+impl FakeClock {
+    /// A clock at `start_ms`.
+    pub fn at(start_ms: u64) -> Self {
+        FakeClock {
+            now: Rc::new(Cell::new(start_ms)),
+            timers: Rc::default(),
+        }
+    }
+
+    /// Moves time forward by `ms`, waking the timers that are due.
+    pub fn advance(&self, ms: u64) {
+        self.now.set(self.now.get() + ms);
+        self.fire();
+    }
+
+    fn fire(&self) {
+        let now = self.now.get();
+        let due: Vec<Waker> = {
+            let mut t = self.timers.borrow_mut();
+            let (due, keep): (Vec<_>, Vec<_>) = t.drain(..).partition(|(d, _)| *d <= now);
+            *t = keep;
+            due.into_iter().map(|(_, w)| w).collect()
+        };
+        for w in due {
+            w.wake();
+        }
+    }
+
+    /// Runs `fut` to completion on the current thread, advancing virtual time whenever nothing
+    /// else can run.
+    ///
+    /// # Panics
+    /// When every task waits and no timer is pending (a deadlock in the code under test).
+    pub fn run<F: Future>(&self, fut: F) -> F::Output {
+        struct Flag(AtomicBool);
+        impl Wake for Flag {
+            fn wake(self: Arc<Self>) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let flag = Arc::new(Flag(AtomicBool::new(true)));
+        let waker = Waker::from(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut fut = std::pin::pin!(fut);
+        loop {
+            flag.0.store(false, Ordering::SeqCst);
+            if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+                return v;
+            }
+            if !flag.0.load(Ordering::SeqCst) {
+                let next = self.timers.borrow().iter().map(|(d, _)| *d).min();
+                let next = next.expect("deadlock: every task waits and no timer is pending");
+                self.now.set(self.now.get().max(next));
+                self.fire();
+            }
+        }
+    }
+}
+
+/// The future of [`FakeClock`]'s sleep.
+#[derive(Debug)]
+pub struct FakeSleep {
+    clock: FakeClock,
+    deadline: u64,
+}
+
+impl Future for FakeSleep {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.clock.now.get() >= self.deadline {
+            return Poll::Ready(());
+        }
+        self.clock
+            .timers
+            .borrow_mut()
+            .push((self.deadline, cx.waker().clone()));
+        Poll::Pending
+    }
+}
+
+impl Clock for FakeClock {
+    fn now_ms(&self) -> u64 {
+        self.now.get()
+    }
+    async fn sleep(&self, ms: u64) {
+        FakeSleep {
+            clock: self.clone(),
+            deadline: self.now.get() + ms,
+        }
+        .await;
+    }
+}
+
+/// (vector, expires_at, last used).
+type LocalEntry = (Vec<f32>, u64, u64);
+
+/// A local cache in a map, with expiry and a size bound evicting the least recently used entry.
+#[derive(Debug, Clone)]
+pub struct MemLocal {
+    inner: Rc<RefCell<BTreeMap<String, LocalEntry>>>,
+    max_entries: usize,
+    /// When set, every call fails (a broken IndexedDB).
+    pub broken: Rc<Cell<bool>>,
+}
+
+impl MemLocal {
+    /// An empty cache holding at most `max_entries`.
+    pub fn new(max_entries: usize) -> Self {
+        MemLocal {
+            inner: Rc::default(),
+            max_entries: max_entries.max(1),
+            broken: Rc::default(),
+        }
+    }
+
+    /// Entries stored.
+    pub fn len(&self) -> usize {
+        self.inner.borrow().len()
+    }
+
+    /// Whether nothing is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether `key` is stored (expired or not).
+    pub fn contains(&self, key: &str) -> bool {
+        self.inner.borrow().contains_key(key)
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.broken.get() {
+            Err(Error::LocalCache("broken".into()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl LocalCache for MemLocal {
+    async fn get(&self, key: &str, now_ms: u64) -> Result<Option<Vec<f32>>> {
+        self.check()?;
+        let mut m = self.inner.borrow_mut();
+        match m.get_mut(key) {
+            Some((v, exp, used)) if *exp > now_ms => {
+                *used = now_ms;
+                Ok(Some(v.clone()))
+            }
+            Some(_) => {
+                m.remove(key);
+                Ok(None)
+            }
+            None => Ok(None),
+        }
+    }
+    async fn put(&self, key: &str, vector: &[f32], expires_at: u64, now_ms: u64) -> Result<()> {
+        self.check()?;
+        let mut m = self.inner.borrow_mut();
+        m.insert(key.to_owned(), (vector.to_vec(), expires_at, now_ms));
+        while m.len() > self.max_entries {
+            let oldest = m
+                .iter()
+                .min_by_key(|(_, (_, _, used))| *used)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                m.remove(&k);
+            }
+        }
+        Ok(())
+    }
+    async fn remove(&self, keys: &[String]) -> Result<()> {
+        self.check()?;
+        let mut m = self.inner.borrow_mut();
+        for k in keys {
+            m.remove(k);
+        }
+        Ok(())
+    }
+}
+
+/// The server side in memory: queue with leases, fenced cache, locks. Cloning shares it, so two
+/// workers can run against one "server".
+#[derive(Debug, Clone)]
+pub struct MemServer {
+    inner: Rc<RefCell<ServerState>>,
+    clock: FakeClock,
+    /// When set, every call fails with [`Error::Unreachable`].
+    pub down: Rc<Cell<bool>>,
+}
+
+#[derive(Debug, Default)]
+struct ServerState {
+    ready: VecDeque<String>,
+    jobs: BTreeMap<String, MemJob>,
+    fence: u64,
+    cache: BTreeMap<String, CacheEntry>,
+    locks: BTreeMap<String, LockGrant>,
+    dead: Vec<(String, JobError)>,
+    done: BTreeMap<String, JobResult>,
+    lease_ms: u64,
+    max_attempts: u32,
+    tokens: u64,
+}
+
+#[derive(Debug, Clone)]
+struct MemJob {
+    text: String,
+    model_id: String,
+    attempt: u32,
+    lease: Option<Lease>,
+}
+
+impl MemServer {
+    /// A server with `lease_ms` leases and `max_attempts` deliveries before dead-lettering.
+    pub fn new(clock: FakeClock, lease_ms: u64, max_attempts: u32) -> Self {
+        MemServer {
+            inner: Rc::new(RefCell::new(ServerState {
+                lease_ms,
+                max_attempts,
+                ..ServerState::default()
+            })),
+            clock,
+            down: Rc::default(),
+        }
+    }
+
+    fn up(&self) -> Result<()> {
+        if self.down.get() {
+            Err(Error::Unreachable("connection refused".into()))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Enqueues a text; returns its id (duplicates collapse).
+    pub fn enqueue(&self, model_id: &str, text: &str) -> String {
+        let id = job_id(model_id, text);
+        let mut s = self.inner.borrow_mut();
+        if !s.jobs.contains_key(&id) {
+            s.jobs.insert(
+                id.clone(),
+                MemJob {
+                    text: text.to_owned(),
+                    model_id: model_id.to_owned(),
+                    attempt: 0,
+                    lease: None,
+                },
+            );
+            s.ready.push_back(id.clone());
+        }
+        id
+    }
+
+    /// The result of a finished job.
+    pub fn result(&self, id: &str) -> Option<JobResult> {
+        self.inner.borrow().done.get(id).cloned()
+    }
+
+    /// Dead letters: (job id, error).
+    pub fn dead(&self) -> Vec<(String, JobError)> {
+        self.inner.borrow().dead.clone()
+    }
+
+    /// Jobs waiting to be claimed.
+    pub fn ready_len(&self) -> usize {
+        self.inner.borrow().ready.len()
+    }
+
+    /// The remote cache entry under `key`.
+    pub fn cache_entry(&self, key: &str) -> Option<CacheEntry> {
+        self.inner.borrow().cache.get(key).cloned()
+    }
+
+    /// Stores a cache entry directly (as another worker would).
+    pub fn put_cache(&self, key: &str, e: CacheEntry) {
+        self.inner.borrow_mut().cache.insert(key.to_owned(), e);
+    }
+
+    /// Takes the lock on `key` for someone else; returns the grant.
+    pub fn hold_lock(&self, key: &str, ttl_ms: u64) -> LockGrant {
+        let now = self.clock.now_ms();
+        let mut s = self.inner.borrow_mut();
+        s.fence += 1;
+        let g = LockGrant {
+            token: "other".into(),
+            fence: s.fence,
+            expires_at: now + ttl_ms,
+        };
+        s.locks.insert(key.to_owned(), g.clone());
+        g
+    }
+
+    /// Gives job `id`'s lease to someone else (the worker's token becomes stale).
+    pub fn steal_lease(&self, id: &str) {
+        let mut s = self.inner.borrow_mut();
+        s.fence += 1;
+        let fence = s.fence;
+        if let Some(j) = s.jobs.get_mut(id) {
+            j.lease = Some(Lease {
+                token: "thief".into(),
+                fence,
+                expires_at: u64::MAX,
+            });
+        }
+    }
+
+    fn expire_leases(s: &mut ServerState, now: u64) {
+        let expired: Vec<String> = s
+            .jobs
+            .iter()
+            .filter(|(id, j)| {
+                j.lease.as_ref().is_some_and(|l| l.expires_at <= now) && !s.done.contains_key(*id)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in expired {
+            if let Some(j) = s.jobs.get_mut(&id) {
+                j.lease = None;
+            }
+            s.ready.push_back(id);
+        }
+    }
+
+    fn lease_check(s: &ServerState, id: &str, token: &str) -> Result<()> {
+        match s.jobs.get(id).and_then(|j| j.lease.as_ref()) {
+            Some(l) if l.token == token => Ok(()),
+            _ => Err(Error::LeaseLost(id.to_owned())),
+        }
+    }
+}
+
+impl JobSource for MemServer {
+    async fn claim(&self, max: u32, _wait_ms: u64) -> Result<Vec<ClaimedJob>> {
+        self.up()?;
+        let now = self.clock.now_ms();
+        let mut s = self.inner.borrow_mut();
+        Self::expire_leases(&mut s, now);
+        let mut out = Vec::new();
+        while out.len() < max as usize {
+            let Some(id) = s.ready.pop_front() else { break };
+            s.fence += 1;
+            s.tokens += 1;
+            let lease = Lease {
+                token: format!("t{}", s.tokens),
+                fence: s.fence,
+                expires_at: now + s.lease_ms,
+            };
+            let j = s.jobs.get_mut(&id).expect("ready job exists");
+            j.attempt += 1;
+            j.lease = Some(lease.clone());
+            out.push(ClaimedJob {
+                id: id.clone(),
+                text: j.text.clone(),
+                model_id: j.model_id.clone(),
+                attempt: j.attempt,
+                traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+                lease,
+                meta: None,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn heartbeat(&self, job_id: &str, token: &str, _trace: &str) -> Result<Lease> {
+        self.up()?;
+        let now = self.clock.now_ms();
+        let mut s = self.inner.borrow_mut();
+        Self::lease_check(&s, job_id, token)?;
+        let lease_ms = s.lease_ms;
+        let l = s
+            .jobs
+            .get_mut(job_id)
+            .and_then(|j| j.lease.as_mut())
+            .expect("checked");
+        if l.expires_at <= now {
+            return Err(Error::LeaseLost(job_id.to_owned()));
+        }
+        l.expires_at = now + lease_ms;
+        Ok(l.clone())
+    }
+
+    async fn ack(&self, job_id: &str, ack: &AckRequest, _trace: &str) -> Result<()> {
+        self.up()?;
+        let mut s = self.inner.borrow_mut();
+        Self::lease_check(&s, job_id, &ack.token)?;
+        s.done.insert(job_id.to_owned(), ack.result.clone());
+        Ok(())
+    }
+
+    async fn nack(&self, job_id: &str, nack: &NackRequest, _trace: &str) -> Result<NackResponse> {
+        self.up()?;
+        let now = self.clock.now_ms();
+        let mut s = self.inner.borrow_mut();
+        Self::lease_check(&s, job_id, &nack.token)?;
+        let max = s.max_attempts;
+        let j = s.jobs.get_mut(job_id).expect("checked");
+        j.lease = None;
+        if !nack.error.retryable || j.attempt >= max {
+            s.dead.push((job_id.to_owned(), nack.error.clone()));
+            Ok(NackResponse::Dead)
+        } else {
+            s.ready.push_back(job_id.to_owned());
+            Ok(NackResponse::Retry { available_at: now })
+        }
+    }
+}
+
+impl RemoteCache for MemServer {
+    async fn get(&self, key: &str, _trace: &str) -> Result<Option<CacheEntry>> {
+        self.up()?;
+        Ok(self.inner.borrow().cache.get(key).cloned())
+    }
+    async fn put(&self, key: &str, put: &CachePut, _trace: &str) -> Result<PutOutcome> {
+        self.up()?;
+        let now = self.clock.now_ms();
+        let mut s = self.inner.borrow_mut();
+        if let Some(e) = s.cache.get(key) {
+            if e.fence > put.fence {
+                return Ok(PutOutcome::Conflict(e.clone()));
+            }
+        }
+        s.cache.insert(
+            key.to_owned(),
+            CacheEntry {
+                model_id: put.model_id.clone(),
+                vector: put.vector.clone(),
+                fence: put.fence,
+                expires_at: now + put.ttl_ms.unwrap_or(60_000),
+            },
+        );
+        Ok(PutOutcome::Stored)
+    }
+}
+
+impl Locks for MemServer {
+    async fn acquire(&self, key: &str, ttl_ms: u64, _trace: &str) -> Result<Option<LockGrant>> {
+        self.up()?;
+        let now = self.clock.now_ms();
+        let mut s = self.inner.borrow_mut();
+        if s.locks.get(key).is_some_and(|g| g.expires_at > now) {
+            return Ok(None);
+        }
+        s.fence += 1;
+        s.tokens += 1;
+        let g = LockGrant {
+            token: format!("l{}", s.tokens),
+            fence: s.fence,
+            expires_at: now + ttl_ms,
+        };
+        s.locks.insert(key.to_owned(), g.clone());
+        Ok(Some(g))
+    }
+    async fn renew(&self, key: &str, token: &str, ttl_ms: u64, _trace: &str) -> Result<LockGrant> {
+        self.up()?;
+        let now = self.clock.now_ms();
+        let mut s = self.inner.borrow_mut();
+        match s.locks.get_mut(key) {
+            Some(g) if g.token == token && g.expires_at > now => {
+                g.expires_at = now + ttl_ms;
+                Ok(g.clone())
+            }
+            _ => Err(Error::LeaseLost(key.to_owned())),
+        }
+    }
+    async fn release(&self, key: &str, token: &str, _trace: &str) -> Result<()> {
+        self.up()?;
+        let mut s = self.inner.borrow_mut();
+        if s.locks.get(key).is_some_and(|g| g.token == token) {
+            s.locks.remove(key);
+        }
+        Ok(())
+    }
+}
+
+/// A test embedder: a deterministic vector per text, with injectable failures and latency.
+#[derive(Debug, Clone)]
+pub struct FakeEmbedder {
+    model: Rc<RefCell<Option<String>>>,
+    /// Calls made.
+    pub calls: Rc<Cell<u32>>,
+    /// While positive, calls fail (transiently) and decrement it.
+    pub fail_next: Rc<Cell<u32>>,
+    /// When set, every call fails.
+    pub broken: Rc<Cell<bool>>,
+    /// Simulated latency on the fake clock.
+    pub latency_ms: Rc<Cell<u64>>,
+    clock: FakeClock,
+}
+
+impl FakeEmbedder {
+    /// An embedder for `model` (`None`: not loaded).
+    pub fn new(model: Option<&str>, clock: FakeClock) -> Self {
+        FakeEmbedder {
+            model: Rc::new(RefCell::new(model.map(str::to_owned))),
+            calls: Rc::default(),
+            fail_next: Rc::default(),
+            broken: Rc::default(),
+            latency_ms: Rc::default(),
+            clock,
+        }
+    }
+
+    /// The vector this embedder gives `text` (4 dims derived from the bytes).
+    pub fn vector_for(text: &str) -> Vec<f32> {
+        let h = crate::keys::text_hash(text);
+        h.as_bytes()[..4]
+            .iter()
+            .map(|b| f32::from(*b) / 255.0)
+            .collect()
+    }
+}
+
+impl Embedder for FakeEmbedder {
+    fn model_id(&self) -> Option<String> {
+        self.model.borrow().clone()
+    }
+    async fn embed(&self, text: &str, _trace: &str) -> Result<Vec<f32>> {
+        self.calls.set(self.calls.get() + 1);
+        let lat = self.latency_ms.get();
+        if lat > 0 {
+            self.clock.sleep(lat).await;
+        }
+        if self.broken.get() {
+            return Err(Error::Unreachable("embedder down".into()));
+        }
+        if self.fail_next.get() > 0 {
+            self.fail_next.set(self.fail_next.get() - 1);
+            return Err(Error::Unreachable("embedder hiccup".into()));
+        }
+        Ok(Self::vector_for(text))
+    }
+}
+
+/// Wake-ups that never come: the watchdog timeout always fires (on the fake clock).
+#[derive(Debug, Clone)]
+pub struct Watchdog(pub FakeClock);
+
+impl Wakeups for Watchdog {
+    async fn next(&self, timeout_ms: u64) -> Option<u64> {
+        self.0.sleep(timeout_ms).await;
+        None
+    }
+}

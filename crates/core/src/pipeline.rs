@@ -1,0 +1,478 @@
+//! The per-text path: local cache → remote cache → single-flight lock → engine or backend →
+//! write-through (remote with the fence, then local) → release.
+//!
+//! Only the embedding step can fail a text: the caches and the lock service degrade (counted in
+//! the metrics) so an unreachable server or a broken IndexedDB slows the worker down without
+//! losing work. The job layer ([`crate::job`]) wraps this with leases, heartbeats and retries.
+
+use std::cell::RefCell;
+
+use crate::breaker::{Breaker, BreakerState};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::keys::cache_key;
+use crate::metrics::{gauges, names, Metrics};
+use crate::ports::{Clock, Embedder, JobSource, LocalCache, Locks, PutOutcome, RemoteCache};
+use crate::protocol::{CachePut, LockGrant, ResultSource, Vector};
+use crate::ratelimit::RateLimiter;
+use crate::retry::jittered_ttl_ms;
+use crate::rng::Rng;
+use crate::signal::StopSignal;
+
+/// The adapter types a pipeline runs on (one marker type per platform).
+pub trait Ports {
+    /// The queue.
+    type Source: JobSource;
+    /// First cache level.
+    type Local: LocalCache;
+    /// Second cache level.
+    type Remote: RemoteCache;
+    /// Lock service.
+    type Locks: Locks;
+    /// The in-worker engine.
+    type Engine: Embedder;
+    /// The backend fallback.
+    type Backend: Embedder;
+    /// Time.
+    type Clock: Clock;
+}
+
+/// A text's vector and where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    /// The embedding.
+    pub vector: Vec<f32>,
+    /// The model that produced it.
+    pub model_id: String,
+    /// Which step produced it.
+    pub source: ResultSource,
+}
+
+/// The lock currently held for a text, so the heartbeat can renew it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct HeldLock {
+    pub(crate) key: String,
+    pub(crate) grant: LockGrant,
+}
+
+/// The worker pipeline: the adapters plus the state shared by every job (breakers, limiter,
+/// metrics, stop signal).
+#[derive(Debug)]
+pub struct Pipeline<P: Ports> {
+    /// The queue.
+    pub source: P::Source,
+    /// First cache level.
+    pub local: P::Local,
+    /// Second cache level.
+    pub remote: P::Remote,
+    /// Lock service.
+    pub locks: P::Locks,
+    /// In-worker engine.
+    pub engine: P::Engine,
+    /// Backend fallback.
+    pub backend: P::Backend,
+    /// Time.
+    pub clock: P::Clock,
+    /// Settings.
+    pub cfg: Config,
+    /// Metrics registry.
+    pub metrics: Metrics,
+    /// Raised to stop the queue loop.
+    pub stop: StopSignal,
+    pub(crate) rng: Rng,
+    pub(crate) engine_breaker: Breaker,
+    pub(crate) backend_breaker: Breaker,
+    pub(crate) backend_limiter: RateLimiter,
+    pub(crate) in_flight: RefCell<Vec<(String, String)>>,
+}
+
+/// The adapters a [`Pipeline`] is built from.
+#[derive(Debug)]
+pub struct Adapters<P: Ports> {
+    /// The queue.
+    pub source: P::Source,
+    /// First cache level.
+    pub local: P::Local,
+    /// Second cache level.
+    pub remote: P::Remote,
+    /// Lock service.
+    pub locks: P::Locks,
+    /// In-worker engine.
+    pub engine: P::Engine,
+    /// Backend fallback.
+    pub backend: P::Backend,
+    /// Time.
+    pub clock: P::Clock,
+}
+
+impl<P: Ports> Pipeline<P> {
+    /// A pipeline over `adapters` with settings `cfg`.
+    pub fn new(adapters: Adapters<P>, cfg: Config) -> Self {
+        let seed = if cfg.seed == 0 {
+            adapters.clock.now_ms() ^ (cfg.worker_id.len() as u64) << 48
+        } else {
+            cfg.seed
+        };
+        Pipeline {
+            engine_breaker: Breaker::new(cfg.engine_breaker_failures, cfg.breaker_open_ms),
+            backend_breaker: Breaker::new(cfg.backend_breaker_failures, cfg.breaker_open_ms),
+            backend_limiter: RateLimiter::new(cfg.backend_rate_per_s, cfg.backend_burst),
+            rng: Rng::new(seed),
+            source: adapters.source,
+            local: adapters.local,
+            remote: adapters.remote,
+            locks: adapters.locks,
+            engine: adapters.engine,
+            backend: adapters.backend,
+            clock: adapters.clock,
+            cfg,
+            metrics: Metrics::new(),
+            stop: StopSignal::new(),
+            in_flight: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// The shared random source (jitter, trace ids).
+    pub fn rng(&self) -> &Rng {
+        &self.rng
+    }
+
+    /// The model a text is embedded with when the caller names none: the engine's, if loaded.
+    pub fn default_model(&self) -> Option<String> {
+        self.engine.model_id().or_else(|| self.backend.model_id())
+    }
+
+    /// Breaker states (engine, backend) now.
+    pub fn breakers(&self) -> (BreakerState, BreakerState) {
+        let now = self.clock.now_ms();
+        (
+            self.engine_breaker.state(now),
+            self.backend_breaker.state(now),
+        )
+    }
+
+    /// Checks a text against the limits before any work is done.
+    ///
+    /// # Errors
+    /// [`Error::BadJob`] `text_too_long` when it is over `max_text_bytes`.
+    pub fn validate(&self, text: &str) -> Result<()> {
+        if text.len() > self.cfg.max_text_bytes {
+            return Err(Error::BadJob {
+                code: "text_too_long",
+                message: format!(
+                    "text is {} bytes; the limit is {}",
+                    text.len(),
+                    self.cfg.max_text_bytes
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Resolves one text to its vector under `model_id` (the default model when `None`).
+    /// `held` receives the lock while it is held, for the caller's heartbeat to renew.
+    ///
+    /// # Errors
+    /// [`Error::BadJob`] for an oversized text or an unknown model; the embedding step's error
+    /// when neither the engine nor the backend could embed it.
+    pub async fn resolve(
+        &self,
+        text: &str,
+        model_id: Option<&str>,
+        trace: &str,
+    ) -> Result<Resolved> {
+        self.resolve_with(text, model_id, trace, &RefCell::new(None))
+            .await
+    }
+
+    pub(crate) async fn resolve_with(
+        &self,
+        text: &str,
+        model_id: Option<&str>,
+        trace: &str,
+        held: &RefCell<Option<HeldLock>>,
+    ) -> Result<Resolved> {
+        self.validate(text)?;
+        let model = match model_id.filter(|m| !m.is_empty()) {
+            Some(m) => m.to_owned(),
+            None => self.default_model().ok_or(Error::BadJob {
+                code: "no_model",
+                message: "no model id given and no model loaded".into(),
+            })?,
+        };
+        let key = cache_key(&model, text);
+
+        if let Some(v) = self.local_get(&key).await {
+            return Ok(Resolved {
+                vector: v,
+                model_id: model,
+                source: ResultSource::Local,
+            });
+        }
+        if let Some(v) = self.remote_get(&key, &model, trace).await {
+            self.local_put(&key, &v).await;
+            return Ok(Resolved {
+                vector: v,
+                model_id: model,
+                source: ResultSource::Remote,
+            });
+        }
+
+        // Single flight: one worker embeds a key at a time; the others wait and re-check.
+        let grant = match self.lock_or_wait(&key, &model, trace).await {
+            LockOutcome::Held(g) => Some(g),
+            LockOutcome::FilledMeanwhile(v) => {
+                self.local_put(&key, &v).await;
+                return Ok(Resolved {
+                    vector: v,
+                    model_id: model,
+                    source: ResultSource::Remote,
+                });
+            }
+            LockOutcome::GaveUp => None,
+        };
+        if let Some(g) = &grant {
+            *held.borrow_mut() = Some(HeldLock {
+                key: key.clone(),
+                grant: g.clone(),
+            });
+        }
+
+        let result = self.embed_and_store(&key, text, &model, trace, held).await;
+
+        let released = held.borrow_mut().take();
+        if let Some(h) = released {
+            // Best effort: an unreleased lock expires by itself.
+            let _ = self.locks.release(&h.key, &h.grant.token, trace).await;
+        }
+        result
+    }
+
+    async fn embed_and_store(
+        &self,
+        key: &str,
+        text: &str,
+        model: &str,
+        trace: &str,
+        held: &RefCell<Option<HeldLock>>,
+    ) -> Result<Resolved> {
+        let (mut vector, source) = self.embed(text, model, trace).await?;
+
+        // The fence may have been renewed by the heartbeat: read it now.
+        let fence = held.borrow().as_ref().map_or(0, |h| h.grant.fence);
+        let put = CachePut {
+            model_id: model.to_owned(),
+            vector: Vector(vector.clone()),
+            fence,
+            ttl_ms: Some(self.cfg.remote_ttl_ms),
+        };
+        match self.remote.put(key, &put, trace).await {
+            Ok(PutOutcome::Stored) => {}
+            Ok(PutOutcome::Conflict(newer)) => {
+                // A newer writer won: its value is the one every worker must agree on.
+                self.metrics.inc(names::FENCE_CONFLICTS);
+                if newer.model_id == model {
+                    vector = newer.vector.0;
+                }
+            }
+            Err(_) => self.metrics.inc("cache_remote_errors"),
+        }
+        self.local_put(key, &vector).await;
+        Ok(Resolved {
+            vector,
+            model_id: model.to_owned(),
+            source,
+        })
+    }
+
+    async fn local_get(&self, key: &str) -> Option<Vec<f32>> {
+        match self.local.get(key, self.clock.now_ms()).await {
+            Ok(Some(v)) => {
+                self.metrics.inc(names::LOCAL_HITS);
+                Some(v)
+            }
+            Ok(None) => {
+                self.metrics.inc(names::LOCAL_MISSES);
+                None
+            }
+            Err(_) => {
+                self.metrics.inc(names::LOCAL_ERRORS);
+                None
+            }
+        }
+    }
+
+    async fn local_put(&self, key: &str, v: &[f32]) {
+        let now = self.clock.now_ms();
+        let exp = now + jittered_ttl_ms(self.cfg.local_ttl_ms, self.cfg.ttl_jitter, &self.rng);
+        if self.local.put(key, v, exp, now).await.is_err() {
+            self.metrics.inc(names::LOCAL_ERRORS);
+        }
+    }
+
+    async fn remote_get(&self, key: &str, model: &str, trace: &str) -> Option<Vec<f32>> {
+        match self.remote.get(key, trace).await {
+            Ok(Some(e)) if e.model_id == model && e.expires_at > self.clock.now_ms() => {
+                self.metrics.inc(names::REMOTE_HITS);
+                Some(e.vector.0)
+            }
+            Ok(_) => {
+                self.metrics.inc(names::REMOTE_MISSES);
+                None
+            }
+            Err(_) => {
+                self.metrics.inc("cache_remote_errors");
+                None
+            }
+        }
+    }
+
+    async fn lock_or_wait(&self, key: &str, model: &str, trace: &str) -> LockOutcome {
+        let policy = self.cfg.lock_wait;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.locks.acquire(key, self.cfg.lock_ttl_ms, trace).await {
+                Ok(Some(g)) => {
+                    self.metrics.inc(names::LOCKS_ACQUIRED);
+                    return LockOutcome::Held(g);
+                }
+                Ok(None) => self.metrics.inc(names::LOCK_FAILURES),
+                Err(_) => {
+                    // Lock service down: go on without single flight (the fence still orders
+                    // the writes).
+                    self.metrics.inc(names::LOCK_FAILURES);
+                    return LockOutcome::GaveUp;
+                }
+            }
+            if !policy.allows(tries) {
+                return LockOutcome::GaveUp;
+            }
+            self.clock
+                .sleep(policy.delay_ms(tries - 1, None, &self.rng).max(1))
+                .await;
+            if let Some(v) = self.remote_get(key, model, trace).await {
+                return LockOutcome::FilledMeanwhile(v);
+            }
+        }
+    }
+
+    /// Embeds with the engine when it can run this model, else with the backend (breaker and rate
+    /// limit guard the backend; a breaker guards the engine too).
+    async fn embed(
+        &self,
+        text: &str,
+        model: &str,
+        trace: &str,
+    ) -> Result<(Vec<f32>, ResultSource)> {
+        let now = self.clock.now_ms();
+        let engine_error = if self.engine.model_id().as_deref() != Some(model) {
+            Error::Engine(match self.engine.model_id() {
+                None => "engine not loaded".into(),
+                Some(m) => format!("engine runs model {m}, job wants {model}"),
+            })
+        } else if !self.engine_breaker.try_acquire(now) {
+            Error::Engine("engine breaker open".into())
+        } else {
+            let t0 = self.clock.now_ms();
+            match self.engine.embed(text, trace).await {
+                Ok(v) => {
+                    self.engine_breaker.success();
+                    self.metrics.inc(names::ENGINE_EMBEDS);
+                    self.metrics.observe_ms(
+                        "engine_latency",
+                        self.clock.now_ms().saturating_sub(t0) as f64,
+                    );
+                    self.update_breaker_gauges();
+                    return Ok((v, ResultSource::Engine));
+                }
+                Err(e) => {
+                    self.engine_breaker.failure(self.clock.now_ms());
+                    self.metrics.inc(names::ENGINE_ERRORS);
+                    e
+                }
+            }
+        };
+        let r = self.embed_backend(text, model, trace).await;
+        self.update_breaker_gauges();
+        match r {
+            Ok(v) => Ok((v, ResultSource::Backend)),
+            Err(e @ Error::BadJob { .. }) => Err(e),
+            Err(e) => Err(match e {
+                Error::BackendUnavailable(m) => {
+                    Error::BackendUnavailable(format!("{m}; engine: {engine_error}"))
+                }
+                other => other,
+            }),
+        }
+    }
+
+    async fn embed_backend(&self, text: &str, model: &str, trace: &str) -> Result<Vec<f32>> {
+        let now = self.clock.now_ms();
+        if let Some(m) = self.backend.model_id() {
+            if m != model {
+                return Err(Error::BadJob {
+                    code: "model_mismatch",
+                    message: format!("job wants model {model}; the backend runs {m}"),
+                });
+            }
+        }
+        if !self.backend_breaker.try_acquire(now) {
+            self.metrics.inc(names::BACKEND_REFUSED);
+            return Err(Error::BackendUnavailable("backend breaker open".into()));
+        }
+        if let Err(wait) = self.backend_limiter.try_take(now) {
+            // Not a failure of the backend: give the half-open trial back untouched.
+            self.backend_breaker.release_trial();
+            self.metrics.inc(names::BACKEND_REFUSED);
+            return Err(Error::BackendUnavailable(format!(
+                "backend rate limited for {wait} ms"
+            )));
+        }
+        self.metrics.inc(names::BACKEND_CALLS);
+        match self.backend.embed(text, trace).await {
+            Ok(v) => {
+                self.backend_breaker.success();
+                if let Some(m) = self.backend.model_id() {
+                    if m != model {
+                        return Err(Error::BadJob {
+                            code: "model_mismatch",
+                            message: format!("job wants model {model}; the backend runs {m}"),
+                        });
+                    }
+                }
+                Ok(v)
+            }
+            Err(e) => {
+                if e.is_retryable() {
+                    self.backend_breaker.failure(self.clock.now_ms());
+                } else {
+                    self.backend_breaker.success();
+                }
+                self.metrics.inc(names::BACKEND_ERRORS);
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) fn update_breaker_gauges(&self) {
+        let (e, b) = self.breakers();
+        self.metrics.set_gauge(gauges::ENGINE_BREAKER, e.as_gauge());
+        self.metrics
+            .set_gauge(gauges::BACKEND_BREAKER, b.as_gauge());
+    }
+
+    /// Drops local entries named by an `invalidate` event.
+    pub async fn invalidate(&self, keys: &[String]) {
+        match self.local.remove(keys).await {
+            Ok(()) => self.metrics.add(names::INVALIDATIONS, keys.len() as u64),
+            Err(_) => self.metrics.inc(names::LOCAL_ERRORS),
+        }
+    }
+}
+
+enum LockOutcome {
+    Held(LockGrant),
+    FilledMeanwhile(Vec<f32>),
+    GaveUp,
+}

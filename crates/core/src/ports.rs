@@ -1,0 +1,87 @@
+//! The traits the adapters implement: where jobs come from, the two cache levels, the lock
+//! service, the embedders and the clock.
+//!
+//! They are `async fn` traits without `Send` bounds: the browser worker is single-threaded and its
+//! futures hold JS values. Every method that causes a network request takes the job's
+//! `traceparent` header value and sends it.
+#![allow(async_fn_in_trait)]
+
+use crate::error::Result;
+use crate::protocol::{
+    AckRequest, CacheEntry, CachePut, ClaimedJob, Lease, LockGrant, NackRequest, NackResponse,
+};
+
+/// Time: the wall clock in Unix milliseconds, and a way to wait.
+pub trait Clock {
+    /// Now, Unix ms.
+    fn now_ms(&self) -> u64;
+    /// Resolves after `ms` milliseconds.
+    async fn sleep(&self, ms: u64);
+}
+
+/// The job queue (the server's `/v1/jobs` routes).
+pub trait JobSource {
+    /// Claims up to `max` jobs, waiting up to `wait_ms` for one to be ready.
+    async fn claim(&self, max: u32, wait_ms: u64) -> Result<Vec<ClaimedJob>>;
+    /// Extends a lease. [`Error::LeaseLost`](crate::Error::LeaseLost) when it is gone.
+    async fn heartbeat(&self, job_id: &str, token: &str, trace: &str) -> Result<Lease>;
+    /// Finishes a job. [`Error::LeaseLost`](crate::Error::LeaseLost) for a stale token.
+    async fn ack(&self, job_id: &str, ack: &AckRequest, trace: &str) -> Result<()>;
+    /// Gives a job back with an error.
+    async fn nack(&self, job_id: &str, nack: &NackRequest, trace: &str) -> Result<NackResponse>;
+}
+
+/// The first cache level, inside the worker (IndexedDB, Cache API or memory).
+pub trait LocalCache {
+    /// The vector under `key` if present and not expired at `now_ms`.
+    async fn get(&self, key: &str, now_ms: u64) -> Result<Option<Vec<f32>>>;
+    /// Stores a vector until `expires_at` (Unix ms), evicting the least recently used entries
+    /// beyond the store's size bound.
+    async fn put(&self, key: &str, vector: &[f32], expires_at: u64, now_ms: u64) -> Result<()>;
+    /// Drops these keys (an `invalidate` event).
+    async fn remove(&self, keys: &[String]) -> Result<()>;
+}
+
+/// What a remote cache write did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PutOutcome {
+    /// Stored.
+    Stored,
+    /// Refused: the stored entry carries a newer fence; here it is.
+    Conflict(CacheEntry),
+}
+
+/// The second cache level, shared by all workers (the server's `/v1/cache`).
+pub trait RemoteCache {
+    /// The entry under `key`, if any.
+    async fn get(&self, key: &str, trace: &str) -> Result<Option<CacheEntry>>;
+    /// Writes an entry carrying the writer's fence.
+    async fn put(&self, key: &str, put: &CachePut, trace: &str) -> Result<PutOutcome>;
+}
+
+/// Single-flight locks (the server's `/v1/locks`).
+pub trait Locks {
+    /// Takes the lock on `key`; `None` when someone else holds it.
+    async fn acquire(&self, key: &str, ttl_ms: u64, trace: &str) -> Result<Option<LockGrant>>;
+    /// Extends a held lock. [`Error::LeaseLost`](crate::Error::LeaseLost) when it was lost.
+    async fn renew(&self, key: &str, token: &str, ttl_ms: u64, trace: &str) -> Result<LockGrant>;
+    /// Releases the lock if `token` still holds it (compare-and-delete).
+    async fn release(&self, key: &str, token: &str, trace: &str) -> Result<()>;
+}
+
+/// Something that turns text into a vector: the in-wasm engine or the backend endpoint.
+pub trait Embedder {
+    /// The model id this embedder produces vectors for; `None` while it cannot run (no model
+    /// loaded, or unknown until its first answer).
+    fn model_id(&self) -> Option<String>;
+    /// Embeds one text.
+    async fn embed(&self, text: &str, trace: &str) -> Result<Vec<f32>>;
+}
+
+/// What wakes an idle worker: the SSE stream's `jobs` events, or a watchdog timeout so a silent
+/// stream never stalls it.
+pub trait Wakeups {
+    /// Resolves at the next `jobs` event (with the depth it reported) or after `timeout_ms`
+    /// (`None`).
+    async fn next(&self, timeout_ms: u64) -> Option<u64>;
+}

@@ -1,0 +1,182 @@
+//! The queue loop: claim as many jobs as there are free slots (backpressure), run them
+//! concurrently on one thread, wake on SSE `jobs` events or a watchdog, and drain on stop.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+
+use crate::error::{Error, Result};
+use crate::job::JobOutcome;
+use crate::metrics::{gauges, names};
+use crate::pipeline::{Pipeline, Ports};
+use crate::ports::{Clock, JobSource, Wakeups};
+use crate::protocol::{ClaimedJob, JobError, NackRequest};
+use crate::retry::Backoff;
+
+/// Totals of one run of the queue loop.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Jobs claimed.
+    pub claimed: u64,
+    /// Jobs acked.
+    pub done: u64,
+    /// Jobs nacked for re-delivery.
+    pub retried: u64,
+    /// Jobs dead-lettered.
+    pub dead: u64,
+    /// Jobs whose lease was lost.
+    pub lost: u64,
+    /// Jobs handed back unfinished at the stop deadline.
+    pub handed_back: u64,
+}
+
+enum Event {
+    Claimed(Result<Vec<ClaimedJob>>),
+    Finished(String, JobOutcome),
+    Woken(Option<u64>),
+    ClaimAgain,
+    Stop,
+    Deadline,
+}
+
+type Task<'a> = Pin<Box<dyn Future<Output = Event> + 'a>>;
+
+/// Backoff between failed claims (the server unreachable).
+const CLAIM_BACKOFF: Backoff = Backoff {
+    base_ms: 200,
+    max_ms: 10_000,
+    max_attempts: u32::MAX,
+};
+
+impl<P: Ports> Pipeline<P> {
+    /// Runs the queue loop until [`Pipeline::stop`] is raised and in-flight jobs are drained (or
+    /// its deadline passes, when unfinished jobs are handed back with a retryable nack).
+    pub async fn run_queue<W: Wakeups>(&self, wake: &W) -> RunSummary {
+        let mut sum = RunSummary::default();
+        let mut tasks: FuturesUnordered<Task<'_>> = FuturesUnordered::new();
+        tasks.push(Box::pin(async {
+            self.stop.wait().await;
+            Event::Stop
+        }));
+        let conc = self.cfg.concurrency.max(1) as usize;
+        let (mut in_flight, mut claim_pending, mut waiting, mut want_claim) =
+            (0, false, false, true);
+        let mut claim_failures = 0u32;
+        loop {
+            let stopping = self.stop.is_stopped();
+            if stopping && in_flight == 0 && !claim_pending {
+                break;
+            }
+            if !stopping && want_claim && !claim_pending && in_flight < conc {
+                let free = (conc - in_flight) as u32;
+                claim_pending = true;
+                want_claim = false;
+                tasks.push(Box::pin(async move {
+                    Event::Claimed(self.source.claim(free, self.cfg.claim_wait_ms).await)
+                }));
+            }
+            self.metrics.set_gauge(gauges::IN_FLIGHT, in_flight as f64);
+            let Some(ev) = tasks.next().await else { break };
+            match ev {
+                Event::Claimed(Ok(jobs)) => {
+                    claim_pending = false;
+                    claim_failures = 0;
+                    if jobs.is_empty() && !waiting {
+                        waiting = true;
+                        tasks.push(Box::pin(async {
+                            Event::Woken(wake.next(self.cfg.watchdog_ms).await)
+                        }));
+                    } else if !jobs.is_empty() {
+                        want_claim = true;
+                    }
+                    for job in jobs {
+                        self.metrics.inc(names::JOBS_CLAIMED);
+                        sum.claimed += 1;
+                        if stopping {
+                            // Claimed while stopping: give it straight back.
+                            self.hand_back(&job.id, &job.lease.token).await;
+                            sum.handed_back += 1;
+                            continue;
+                        }
+                        in_flight += 1;
+                        self.in_flight
+                            .borrow_mut()
+                            .push((job.id.clone(), job.lease.token.clone()));
+                        tasks.push(Box::pin(async move {
+                            let outcome = self.run_job(&job).await;
+                            Event::Finished(job.id, outcome)
+                        }));
+                    }
+                }
+                Event::Claimed(Err(_)) => {
+                    claim_pending = false;
+                    let d = CLAIM_BACKOFF
+                        .delay_ms(claim_failures, None, &self.rng)
+                        .max(50);
+                    claim_failures = claim_failures.saturating_add(1);
+                    tasks.push(Box::pin(async move {
+                        self.clock.sleep(d).await;
+                        Event::ClaimAgain
+                    }));
+                }
+                Event::ClaimAgain => want_claim = true,
+                Event::Woken(depth) => {
+                    waiting = false;
+                    want_claim = true;
+                    if let Some(d) = depth {
+                        self.metrics.set_gauge(gauges::QUEUE_DEPTH, d as f64);
+                    }
+                }
+                Event::Finished(id, outcome) => {
+                    in_flight -= 1;
+                    self.in_flight.borrow_mut().retain(|(j, _)| *j != id);
+                    match outcome {
+                        JobOutcome::Done(_) => sum.done += 1,
+                        JobOutcome::Retry(_) => sum.retried += 1,
+                        JobOutcome::Dead(_) => sum.dead += 1,
+                        JobOutcome::LeaseLost => sum.lost += 1,
+                    }
+                    if !waiting {
+                        want_claim = true;
+                    }
+                }
+                Event::Stop => {
+                    let deadline = self.stop.deadline_ms().unwrap_or(0);
+                    let d = deadline.saturating_sub(self.clock.now_ms());
+                    tasks.push(Box::pin(async move {
+                        self.clock.sleep(d).await;
+                        Event::Deadline
+                    }));
+                }
+                Event::Deadline => {
+                    let left: Vec<(String, String)> =
+                        self.in_flight.borrow_mut().drain(..).collect();
+                    for (id, token) in left {
+                        self.hand_back(&id, &token).await;
+                        sum.handed_back += 1;
+                    }
+                    break;
+                }
+            }
+        }
+        self.metrics.set_gauge(gauges::IN_FLIGHT, 0.0);
+        sum
+    }
+
+    async fn hand_back(&self, id: &str, token: &str) {
+        let nack = NackRequest {
+            token: token.to_owned(),
+            error: JobError {
+                code: "worker_stopping".into(),
+                message: "the worker stopped before finishing this job".into(),
+                retryable: true,
+            },
+        };
+        if let Err(e) = self.source.nack(id, &nack, "").await {
+            // Unreachable: the lease expires and the server re-delivers.
+            let _: &Error = &e;
+            self.metrics.inc("nack_failures");
+        }
+    }
+}

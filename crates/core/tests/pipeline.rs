@@ -1,0 +1,501 @@
+//! The pipeline's branches, natively, with in-memory ports and a fake clock.
+
+use futures_util::future::join;
+use ternflow_core::breaker::BreakerState;
+use ternflow_core::job::JobOutcome;
+use ternflow_core::keys::cache_key;
+use ternflow_core::memory::{FakeClock, FakeEmbedder, MemLocal, MemServer, Watchdog};
+use ternflow_core::metrics::names;
+use ternflow_core::ports::{Clock, JobSource, LocalCache};
+use ternflow_core::protocol::{CacheEntry, ResultSource, Vector};
+use ternflow_core::{Adapters, Config, Error, Pipeline, Ports};
+
+const MODEL: &str = "0123456789abcdef";
+const T0: u64 = 1_700_000_000_000;
+
+struct Mem;
+impl Ports for Mem {
+    type Source = MemServer;
+    type Local = MemLocal;
+    type Remote = MemServer;
+    type Locks = MemServer;
+    type Engine = FakeEmbedder;
+    type Backend = FakeEmbedder;
+    type Clock = FakeClock;
+}
+
+struct Rig {
+    clock: FakeClock,
+    server: MemServer,
+    local: MemLocal,
+    engine: FakeEmbedder,
+    backend: FakeEmbedder,
+}
+
+impl Rig {
+    fn new() -> Self {
+        let clock = FakeClock::at(T0);
+        Rig {
+            server: MemServer::new(clock.clone(), 30_000, 3),
+            local: MemLocal::new(100),
+            engine: FakeEmbedder::new(Some(MODEL), clock.clone()),
+            backend: FakeEmbedder::new(Some(MODEL), clock.clone()),
+            clock,
+        }
+    }
+
+    fn pipeline(&self, cfg: Config) -> Pipeline<Mem> {
+        self.pipeline_with_local(cfg, self.local.clone())
+    }
+
+    fn pipeline_with_local(&self, cfg: Config, local: MemLocal) -> Pipeline<Mem> {
+        Pipeline::new(
+            Adapters {
+                source: self.server.clone(),
+                local,
+                remote: self.server.clone(),
+                locks: self.server.clone(),
+                engine: self.engine.clone(),
+                backend: self.backend.clone(),
+                clock: self.clock.clone(),
+            },
+            Config { seed: 42, ..cfg },
+        )
+    }
+}
+
+#[test]
+fn miss_embeds_with_the_engine_then_local_and_remote_hits() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config::default());
+    let r = rig.clock.run(p.resolve("hello world", None, "")).unwrap();
+    assert_eq!(r.source, ResultSource::Engine);
+    assert_eq!(r.vector, FakeEmbedder::vector_for("hello world"));
+    assert_eq!(rig.engine.calls.get(), 1);
+    // Written through: remote entry and local entry.
+    let key = cache_key(MODEL, "hello world");
+    assert_eq!(rig.server.cache_entry(&key).unwrap().vector.0, r.vector);
+    assert!(rig.local.contains(&key));
+
+    let again = rig.clock.run(p.resolve("hello world", None, "")).unwrap();
+    assert_eq!(again.source, ResultSource::Local);
+    assert_eq!(again.vector, r.vector);
+
+    // Another worker with an empty local cache gets it from the remote cache and fills its own.
+    let other_local = MemLocal::new(10);
+    let q = rig.pipeline_with_local(Config::default(), other_local.clone());
+    let remote = rig.clock.run(q.resolve("hello world", None, "")).unwrap();
+    assert_eq!(remote.source, ResultSource::Remote);
+    assert!(other_local.contains(&key));
+    assert_eq!(rig.engine.calls.get(), 1, "embedded once in all");
+    assert_eq!(p.metrics.counter(names::LOCAL_HITS), 1);
+    assert_eq!(q.metrics.counter(names::REMOTE_HITS), 1);
+}
+
+#[test]
+fn engine_not_loaded_or_failing_falls_back_to_the_backend() {
+    let rig = Rig::new();
+    let unloaded = FakeEmbedder::new(None, rig.clock.clone());
+    let p: Pipeline<Mem> = Pipeline::new(
+        Adapters {
+            source: rig.server.clone(),
+            local: rig.local.clone(),
+            remote: rig.server.clone(),
+            locks: rig.server.clone(),
+            engine: unloaded,
+            backend: rig.backend.clone(),
+            clock: rig.clock.clone(),
+        },
+        Config::default(),
+    );
+    let r = rig.clock.run(p.resolve("a", Some(MODEL), "")).unwrap();
+    assert_eq!(r.source, ResultSource::Backend);
+
+    let q = rig.pipeline(Config::default());
+    rig.engine.broken.set(true);
+    let r = rig.clock.run(q.resolve("b", None, "")).unwrap();
+    assert_eq!(r.source, ResultSource::Backend);
+    assert_eq!(q.metrics.counter(names::ENGINE_ERRORS), 1);
+    assert_eq!(r.vector, FakeEmbedder::vector_for("b"));
+}
+
+#[test]
+fn engine_breaker_opens_then_half_opens_and_closes() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config {
+        engine_breaker_failures: 2,
+        breaker_open_ms: 1_000,
+        ..Config::default()
+    });
+    rig.engine.broken.set(true);
+    for t in ["x1", "x2"] {
+        assert_eq!(
+            rig.clock.run(p.resolve(t, None, "")).unwrap().source,
+            ResultSource::Backend
+        );
+    }
+    assert_eq!(p.breakers().0, BreakerState::Open);
+    let calls = rig.engine.calls.get();
+    rig.clock.run(p.resolve("x3", None, "")).unwrap();
+    assert_eq!(
+        rig.engine.calls.get(),
+        calls,
+        "open breaker: engine not called"
+    );
+
+    rig.engine.broken.set(false);
+    rig.clock.advance(1_001);
+    assert_eq!(p.breakers().0, BreakerState::HalfOpen);
+    assert_eq!(
+        rig.clock.run(p.resolve("x4", None, "")).unwrap().source,
+        ResultSource::Engine
+    );
+    assert_eq!(p.breakers().0, BreakerState::Closed);
+}
+
+#[test]
+fn backend_breaker_opens_and_refuses_fast() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config {
+        backend_breaker_failures: 2,
+        breaker_open_ms: 5_000,
+        ..Config::default()
+    });
+    rig.engine.broken.set(true);
+    rig.backend.broken.set(true);
+    for t in ["y1", "y2"] {
+        assert!(rig.clock.run(p.resolve(t, None, "")).is_err());
+    }
+    assert_eq!(p.breakers().1, BreakerState::Open);
+    let calls = rig.backend.calls.get();
+    let e = rig.clock.run(p.resolve("y3", None, "")).unwrap_err();
+    assert!(matches!(e, Error::BackendUnavailable(_)), "{e}");
+    assert!(e.is_retryable());
+    assert_eq!(rig.backend.calls.get(), calls);
+    assert_eq!(p.metrics.counter(names::BACKEND_REFUSED), 1);
+    rig.backend.broken.set(false);
+    rig.clock.advance(5_000);
+    assert_eq!(
+        rig.clock.run(p.resolve("y4", None, "")).unwrap().source,
+        ResultSource::Backend
+    );
+    assert_eq!(p.breakers().1, BreakerState::Closed);
+}
+
+#[test]
+fn backend_is_rate_limited() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config {
+        backend_rate_per_s: 1.0,
+        backend_burst: 2,
+        ..Config::default()
+    });
+    rig.engine.broken.set(true);
+    assert!(rig.clock.run(p.resolve("r1", None, "")).is_ok());
+    assert!(rig.clock.run(p.resolve("r2", None, "")).is_ok());
+    let e = rig.clock.run(p.resolve("r3", None, "")).unwrap_err();
+    assert!(e.to_string().contains("rate limited"), "{e}");
+    rig.clock.advance(1_000);
+    assert!(rig.clock.run(p.resolve("r3", None, "")).is_ok());
+}
+
+#[test]
+fn job_is_acked_with_its_result() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config::default());
+    let id = rig.server.enqueue(MODEL, "queued text");
+    let job = rig.clock.run(rig.server.claim(1, 0)).unwrap().remove(0);
+    assert_eq!(
+        rig.clock.run(p.run_job(&job)),
+        JobOutcome::Done(ResultSource::Engine)
+    );
+    let res = rig.server.result(&id).unwrap();
+    assert_eq!(res.vector.0, FakeEmbedder::vector_for("queued text"));
+    assert_eq!(res.model_id, MODEL);
+}
+
+#[test]
+fn oversized_text_goes_to_the_dlq_with_its_reason() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config {
+        max_text_bytes: 10,
+        ..Config::default()
+    });
+    let id = rig.server.enqueue(MODEL, "this text is far too long");
+    let job = rig.clock.run(rig.server.claim(1, 0)).unwrap().remove(0);
+    assert_eq!(
+        rig.clock.run(p.run_job(&job)),
+        JobOutcome::Dead("text_too_long".into())
+    );
+    let dead = rig.server.dead();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].0, id);
+    assert!(!dead[0].1.retryable);
+    assert!(dead[0].1.message.contains("limit is 10"));
+    assert_eq!(rig.engine.calls.get(), 0);
+}
+
+#[test]
+fn model_mismatch_is_permanent() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config::default());
+    rig.server.enqueue("ffffffffffffffff", "other model");
+    let job = rig.clock.run(rig.server.claim(1, 0)).unwrap().remove(0);
+    assert_eq!(
+        rig.clock.run(p.run_job(&job)),
+        JobOutcome::Dead("model_mismatch".into())
+    );
+}
+
+#[test]
+fn transient_failures_are_retried_in_the_worker() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config::default());
+    rig.engine.broken.set(true);
+    rig.backend.fail_next.set(2);
+    let id = rig.server.enqueue(MODEL, "flaky");
+    let job = rig.clock.run(rig.server.claim(1, 0)).unwrap().remove(0);
+    let t = rig.clock.now_ms();
+    assert_eq!(
+        rig.clock.run(p.run_job(&job)),
+        JobOutcome::Done(ResultSource::Backend)
+    );
+    assert_eq!(p.metrics.counter(names::RETRIES), 2);
+    assert!(rig.clock.now_ms() > t, "backed off between tries");
+    assert!(rig.server.result(&id).is_some());
+}
+
+#[test]
+fn exhausted_retries_nack_then_the_server_dead_letters() {
+    let rig = Rig::new(); // server: 3 deliveries at most
+    let p = rig.pipeline(Config::default());
+    rig.engine.broken.set(true);
+    rig.backend.broken.set(true);
+    let id = rig.server.enqueue(MODEL, "doomed");
+    let mut outcomes = vec![];
+    for _ in 0..3 {
+        let job = rig.clock.run(rig.server.claim(1, 0)).unwrap().remove(0);
+        outcomes.push(rig.clock.run(p.run_job(&job)));
+    }
+    assert!(matches!(outcomes[0], JobOutcome::Retry(_)));
+    assert!(matches!(outcomes[1], JobOutcome::Retry(_)));
+    assert!(matches!(outcomes[2], JobOutcome::Dead(_)));
+    let dead = rig.server.dead();
+    assert_eq!(dead[0].0, id);
+    assert!(
+        dead[0].1.retryable,
+        "the reason records that it was transient"
+    );
+}
+
+#[test]
+fn server_unreachable_then_back_loses_nothing() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config::default());
+    let id = rig.server.enqueue(MODEL, "resilient");
+    let job = rig.clock.run(rig.server.claim(1, 0)).unwrap().remove(0);
+    // The server goes down mid-job: cache and lock calls degrade, the ack fails, retries back off.
+    rig.server.down.set(true);
+    let clock = rig.clock.clone();
+    let server = rig.server.clone();
+    let watcher = async move {
+        // Bring it back after the worker has retried a while.
+        while clock.now_ms() < T0 + 250 {
+            clock.sleep(10).await;
+        }
+        server.down.set(false);
+    };
+    let (outcome, ()) = rig.clock.run(join(p.run_job(&job), watcher));
+    // Embedded once before the outage was noticed at the ack; the retry found it locally.
+    assert_eq!(outcome, JobOutcome::Done(ResultSource::Local));
+    assert_eq!(rig.engine.calls.get(), 1);
+    assert!(p.metrics.counter(names::RETRIES) >= 1);
+    assert!(rig.server.result(&id).is_some());
+}
+
+#[test]
+fn lease_lost_mid_job_abandons_without_ack() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config::default());
+    rig.engine.latency_ms.set(20_000); // longer than a heartbeat interval
+    let id = rig.server.enqueue(MODEL, "slow");
+    let job = rig.clock.run(rig.server.claim(1, 0)).unwrap().remove(0);
+    rig.server.steal_lease(&id);
+    assert_eq!(rig.clock.run(p.run_job(&job)), JobOutcome::LeaseLost);
+    assert!(rig.server.result(&id).is_none());
+    assert!(p.metrics.counter(names::LEASES_LOST) >= 1);
+}
+
+#[test]
+fn heartbeats_keep_a_long_job_alive() {
+    let rig = Rig::new(); // 30 s leases
+    let p = rig.pipeline(Config::default());
+    rig.engine.latency_ms.set(100_000);
+    let id = rig.server.enqueue(MODEL, "very slow");
+    let job = rig.clock.run(rig.server.claim(1, 0)).unwrap().remove(0);
+    assert_eq!(
+        rig.clock.run(p.run_job(&job)),
+        JobOutcome::Done(ResultSource::Engine)
+    );
+    assert!(p.metrics.counter(names::HEARTBEATS) >= 3);
+    assert!(rig.server.result(&id).is_some());
+}
+
+#[test]
+fn two_workers_on_one_key_embed_once() {
+    let rig = Rig::new();
+    rig.engine.latency_ms.set(50);
+    let a = rig.pipeline_with_local(Config::default(), MemLocal::new(10));
+    let b = rig.pipeline_with_local(Config::default(), MemLocal::new(10));
+    let (ra, rb) = rig.clock.run(join(
+        a.resolve("same text", None, ""),
+        b.resolve("same text", None, ""),
+    ));
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert_eq!(ra.vector, rb.vector);
+    assert_eq!(rig.engine.calls.get(), 1, "single flight");
+    let sources = [ra.source, rb.source];
+    assert!(sources.contains(&ResultSource::Engine) && sources.contains(&ResultSource::Remote));
+    assert!(a.metrics.counter(names::LOCK_FAILURES) + b.metrics.counter(names::LOCK_FAILURES) >= 1);
+}
+
+#[test]
+fn fence_conflict_adopts_the_newer_value() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config::default());
+    let key = cache_key(MODEL, "contested");
+    // A newer writer (higher fence) stored its value while we embedded: simulate by storing an
+    // entry with a fence far above any we will be granted, but expired so our read misses.
+    rig.server.put_cache(
+        &key,
+        CacheEntry {
+            model_id: MODEL.into(),
+            vector: Vector(vec![9.0, 9.0]),
+            fence: 1_000,
+            expires_at: 0,
+        },
+    );
+    let r = rig.clock.run(p.resolve("contested", None, "")).unwrap();
+    assert_eq!(r.vector, vec![9.0, 9.0], "the newer value wins");
+    assert_eq!(p.metrics.counter(names::FENCE_CONFLICTS), 1);
+}
+
+#[test]
+fn held_lock_waits_and_rechecks_then_proceeds_after_giving_up() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config::default());
+    let key = cache_key(MODEL, "locked");
+    rig.server.hold_lock(&key, 3_600_000);
+    let r = rig.clock.run(p.resolve("locked", None, "")).unwrap();
+    assert_eq!(r.source, ResultSource::Engine);
+    assert_eq!(p.metrics.counter(names::LOCK_FAILURES), 10);
+    assert!(
+        p.metrics.counter(names::REMOTE_MISSES) >= 9,
+        "re-checked the cache while waiting"
+    );
+}
+
+#[test]
+fn local_ttl_expiry_and_size_bound() {
+    let rig = Rig::new();
+    let local = MemLocal::new(3);
+    let p = rig.pipeline_with_local(
+        Config {
+            local_ttl_ms: 1_000,
+            ttl_jitter: 0.0,
+            ..Config::default()
+        },
+        local.clone(),
+    );
+    for t in ["a", "b", "c", "d"] {
+        rig.clock.run(p.resolve(t, None, "")).unwrap();
+        rig.clock.advance(10);
+    }
+    assert_eq!(local.len(), 3, "bounded");
+    assert!(
+        !local.contains(&cache_key(MODEL, "a")),
+        "least recently used evicted"
+    );
+    let key = cache_key(MODEL, "d");
+    assert!(rig
+        .clock
+        .run(local.get(&key, rig.clock.now_ms()))
+        .unwrap()
+        .is_some());
+    rig.clock.advance(1_001);
+    assert!(
+        rig.clock
+            .run(local.get(&key, rig.clock.now_ms()))
+            .unwrap()
+            .is_none(),
+        "expired"
+    );
+}
+
+#[test]
+fn broken_local_cache_does_not_fail_the_text() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config::default());
+    rig.local.broken.set(true);
+    assert!(rig.clock.run(p.resolve("z", None, "")).is_ok());
+    assert!(p.metrics.counter(names::LOCAL_ERRORS) >= 2);
+}
+
+#[test]
+fn invalidate_drops_local_entries() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config::default());
+    rig.clock.run(p.resolve("inv", None, "")).unwrap();
+    let key = cache_key(MODEL, "inv");
+    assert!(rig.local.contains(&key));
+    rig.clock.run(p.invalidate(std::slice::from_ref(&key)));
+    assert!(!rig.local.contains(&key));
+    assert_eq!(p.metrics.counter(names::INVALIDATIONS), 1);
+}
+
+#[test]
+fn queue_loop_runs_everything_with_bounded_concurrency_and_drains_on_stop() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config {
+        concurrency: 3,
+        ..Config::default()
+    });
+    rig.engine.latency_ms.set(5);
+    let ids: Vec<String> = (0..10)
+        .map(|i| rig.server.enqueue(MODEL, &format!("text {i}")))
+        .collect();
+    let wake = Watchdog(rig.clock.clone());
+    let stopper = async {
+        while ids.iter().any(|id| rig.server.result(id).is_none()) {
+            assert!(p.metrics.gauge("in_flight").unwrap_or(0.0) <= 3.0);
+            rig.clock.sleep(1).await;
+        }
+        p.stop.stop(rig.clock.now_ms() + 10_000);
+    };
+    let (sum, ()) = rig.clock.run(join(p.run_queue(&wake), stopper));
+    assert_eq!(sum.done, 10);
+    assert_eq!(sum.claimed, 10);
+    assert_eq!(rig.server.ready_len(), 0);
+}
+
+#[test]
+fn stop_deadline_hands_unfinished_jobs_back() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config {
+        concurrency: 2,
+        ..Config::default()
+    });
+    rig.engine.latency_ms.set(1_000_000);
+    let ids: Vec<String> = (0..2)
+        .map(|i| rig.server.enqueue(MODEL, &format!("long {i}")))
+        .collect();
+    let wake = Watchdog(rig.clock.clone());
+    let stopper = async {
+        rig.clock.sleep(10).await;
+        p.stop.stop(rig.clock.now_ms() + 100);
+    };
+    let (sum, ()) = rig.clock.run(join(p.run_queue(&wake), stopper));
+    assert_eq!(sum.handed_back, 2);
+    assert_eq!(rig.server.ready_len(), 2, "back in the queue");
+    assert!(ids.iter().all(|id| rig.server.result(id).is_none()));
+}
