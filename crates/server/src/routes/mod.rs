@@ -8,6 +8,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::trace::TraceLayer;
 
 use crate::auth::{gate, Gate, Role};
 use crate::config::Config;
@@ -70,6 +71,23 @@ fn cors(cfg: &Config) -> CorsLayer {
         ])
         .expose_headers([header::RETRY_AFTER])
         .max_age(std::time::Duration::from_secs(600))
+}
+
+/// One span per request, carrying the W3C `traceparent` the client sent (workers send the one
+/// they got with the job), so a job's claim, heartbeats, cache and lock calls, and ack or nack
+/// share its trace id in the logs.
+fn request_span(req: &axum::http::Request<axum::body::Body>) -> tracing::Span {
+    let traceparent = req
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    tracing::info_span!(
+        "request",
+        method = %req.method(),
+        path = %req.uri().path(),
+        traceparent = %traceparent,
+    )
 }
 
 /// The whole HTTP surface over `state`.
@@ -140,6 +158,7 @@ pub fn router(state: AppState) -> Router {
         .merge(public)
         .fallback(|| async { Error::NotFound("no such route".to_owned()).into_response() })
         .layer(DefaultBodyLimit::max(cfg.max_body_bytes))
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .layer(SetResponseHeaderLayer::overriding(
             HeaderName::from_static("cross-origin-resource-policy"),
             HeaderValue::from_static("cross-origin"),
