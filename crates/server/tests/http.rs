@@ -872,3 +872,48 @@ async fn openapi_lists_exactly_the_routes_served() {
         "the document lists every operation the router serves"
     );
 }
+
+#[tokio::test]
+async fn embed_with_the_real_engine() {
+    use ternflow_engine::{testing, EmbeddingFormat, Engine};
+    let file = testing::generate(&testing::tiny_config(EmbeddingFormat::Int4), 7);
+    let mut reference = Engine::from_bytes(&file).unwrap();
+    let embedder = ternflow_server::EngineEmbedder::from_bytes(&file).unwrap();
+    let model_id = embedder.model_id();
+    assert_eq!(model_id, reference.model_id());
+    let state = AppState::new(
+        Arc::new(EmbeddedStore::in_memory()),
+        common::tokens(),
+        Config::default(),
+    )
+    .with_embedder(Arc::new(embedder));
+    let app = app(state);
+    let r = call(
+        &app,
+        "POST",
+        "/v1/embed",
+        Some(WORKER),
+        Some(json!({"texts": ["Hello, world!", "ternary weights"]})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["model_id"], model_id.as_str());
+    for (i, text) in ["Hello, world!", "ternary weights"].iter().enumerate() {
+        let got =
+            ternflow_core::codec::decode_vector(r.json["vectors"][i].as_str().unwrap()).unwrap();
+        assert_eq!(got, reference.embed(text), "{text}");
+    }
+    // Jobs without a model_id get the server's, and their ids hash it.
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs",
+        Some(PRODUCER),
+        Some(json!({"text": "x"})),
+    )
+    .await;
+    assert_eq!(
+        r.json["jobs"][0]["id"],
+        ternflow_core::keys::job_id(&model_id, "x")
+    );
+}

@@ -8,12 +8,12 @@ use ternflow_core::protocol::{JobResult, JobState, ResultSource, Vector};
 use ternflow_server::store::{conformance, JobRecord, Store};
 use ternflow_server::{EmbeddedStore, Fsync, RedisStore};
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn embedded_in_memory_conforms() {
     conformance::run_all(|| async { EmbeddedStore::in_memory() }).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn embedded_on_disk_conforms() {
     let dir = tempfile::tempdir().unwrap();
     let n = AtomicU32::new(0);
@@ -26,7 +26,7 @@ async fn embedded_on_disk_conforms() {
     .await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_conforms() {
     let redis = common::RedisServer::start();
     let url = redis.url();
@@ -59,7 +59,7 @@ fn result() -> JobResult {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn embedded_survives_reopen_and_keeps_fences_growing() {
     let dir = tempfile::tempdir().unwrap();
     let last_fence;

@@ -3,7 +3,8 @@
 //! On connect the stream replays every event after `Last-Event-ID` (header, or `last_event_id`
 //! query parameter) still in the ring, then a fresh `jobs` event (no id) with the current depth,
 //! then live events. Keep-alive comments flow every `keepalive_ms`. The stream ends when the
-//! server shuts down (clients reconnect and resume).
+//! server shuts down, or when the client falls more than the ring behind (clients reconnect and
+//! resume).
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -53,12 +54,16 @@ pub(crate) async fn events(
             .map(|(id, ev)| sse_event(Some(id), &ev))
             .chain(std::iter::once(sse_event(None, &hello))),
     );
-    let live = BroadcastStream::new(rx).filter_map(move |r| async move {
-        match r {
-            Ok((id, ev)) if id > floor => Some(sse_event(Some(id), &ev)),
-            _ => None,
-        }
-    });
+    // A client too slow to keep up (the broadcast lagged) is disconnected rather than silently
+    // skipped: it reconnects with its Last-Event-ID and the ring replays what it missed.
+    let live = BroadcastStream::new(rx)
+        .take_while(|r| std::future::ready(r.is_ok()))
+        .filter_map(move |r| async move {
+            match r {
+                Ok((id, ev)) if id > floor => Some(sse_event(Some(id), &ev)),
+                _ => None,
+            }
+        });
     let mut shutdown = WatchStream::new(state.shutdown_signal());
     let stop = async move { while let Some(false) = shutdown.next().await {} };
     let stream = replay.chain(live).map(Ok).take_until(stop);

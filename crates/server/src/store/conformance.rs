@@ -68,6 +68,7 @@ where
     cache_fences_and_ttl(make().await).await;
     locks(make().await).await;
     events_are_numbered_in_order(make().await).await;
+    concurrent_events_arrive_in_id_order(std::sync::Arc::new(make().await)).await;
 }
 
 async fn enqueue_dedups<S: Store>(s: S) {
@@ -445,4 +446,28 @@ async fn recv(
         .await
         .expect("event delivered")
         .expect("channel open")
+}
+
+async fn concurrent_events_arrive_in_id_order<S: Store>(s: std::sync::Arc<S>) {
+    let mut rx = s.subscribe();
+    let mut tasks = Vec::new();
+    for t in 0..4u64 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..50 {
+                let ev =
+                    ServerEvent::Jobs(ternflow_core::protocol::JobsEvent { depth: t * 100 + i });
+                s.publish(ev).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut last = 0;
+    for _ in 0..200 {
+        let (id, _) = recv(&mut rx).await;
+        assert!(id > last, "event ids leave in order ({id} after {last})");
+        last = id;
+    }
 }

@@ -22,7 +22,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -318,7 +317,8 @@ impl Inner {
 pub struct EmbeddedStore {
     inner: Mutex<Inner>,
     events: broadcast::Sender<NumberedEvent>,
-    event_seq: AtomicU64,
+    /// Last event id; held while sending so events leave in id order.
+    event_seq: Mutex<u64>,
 }
 
 impl EmbeddedStore {
@@ -410,7 +410,7 @@ impl EmbeddedStore {
         EmbeddedStore {
             inner: Mutex::new(inner),
             events,
-            event_seq: AtomicU64::new(start * 1_000),
+            event_seq: Mutex::new(start * 1_000),
         }
     }
 
@@ -813,10 +813,11 @@ impl Store for EmbeddedStore {
     }
 
     async fn publish(&self, event: ServerEvent) -> Result<u64> {
-        let id = self.event_seq.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut seq = self.event_seq.lock().unwrap_or_else(|p| p.into_inner());
+        *seq += 1;
         // No subscribers is fine.
-        let _ = self.events.send((id, event));
-        Ok(id)
+        let _ = self.events.send((*seq, event));
+        Ok(*seq)
     }
 
     fn subscribe(&self) -> broadcast::Receiver<NumberedEvent> {
