@@ -221,8 +221,8 @@ def calib_stats(t, ids, mask, n_layers):
                 t[p + "attention.output.LayerNorm.bias"])
         a_std, a_max = feat(x, mask)
         hpre = lin(x, "intermediate.dense")
-        from math import erf
-        f = 0.5 * hpre * (1.0 + np.vectorize(erf)(hpre / math.sqrt(2.0)))
+        from scipy.special import erf
+        f = 0.5 * hpre * (1.0 + erf(hpre / math.sqrt(2.0)))
         f_std, f_max = feat(f, mask)
         x = lnp(x + lin(f, "output.dense"), t[p + "output.LayerNorm.weight"], t[p + "output.LayerNorm.bias"])
         out.append(dict(h_std=h_std, o_std=o_std, a_std=a_std, f_std=f_std, o_max=o_max, a_max=a_max, f_max=f_max))

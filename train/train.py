@@ -172,7 +172,7 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--emb-lr-mult", type=float, default=1.0)
     ap.add_argument("--wd", type=float, default=0.01)
-    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--warmup-frac", type=float, default=0.03)
     ap.add_argument("--fp32-frac", type=float, default=0.03)
     ap.add_argument("--embq-frac", type=float, default=0.3)
     ap.add_argument("--embq-format", default="int4")
@@ -180,7 +180,9 @@ def main():
     ap.add_argument("--spread", type=float, default=0.1)
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--ckpt-every", type=int, default=100)
-    ap.add_argument("--time-budget", type=float, default=0, help="stop (checkpointed) after this many minutes")
+    ap.add_argument("--time-budget", type=float, default=0,
+                    help="minutes of training-step time: progress = max(step/steps, time/budget), so the "
+                         "schedule and phases finish within the budget (evaluation time not counted)")
     ap.add_argument("--max-train", type=int, default=0)
     ap.add_argument("--train-split", default="train", help="'val' only for smoke tests")
     ap.add_argument("--resume", action="store_true")
@@ -211,21 +213,29 @@ def main():
     params = M.init_from_teacher(tw, ca, cm)
     log(f"student params: {M.n_params(params)}")
 
-    sched = optax.warmup_cosine_decay_schedule(0.0, args.lr, args.warmup, args.steps, end_value=args.lr * 0.05)
+    def lr_at(p):
+        """Warm-up over --warmup-frac of progress, then cosine to 5 % of --lr."""
+        if p < args.warmup_frac:
+            return args.lr * p / args.warmup_frac
+        q = min(1.0, (p - args.warmup_frac) / (1 - args.warmup_frac))
+        return args.lr * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * q)))
 
     def wd_mask(p):
         return jax.tree_util.tree_map_with_path(
             lambda path, x: x.ndim == 2 and "emb" not in jax.tree_util.keystr(path), p)
 
-    tx = optax.chain(optax.clip_by_global_norm(1.0),
-                     optax.adamw(sched, b1=0.9, b2=0.98, eps=1e-8, weight_decay=args.wd, mask=wd_mask))
+    # AdamW written out so that the learning rate can be passed per step (time-aware schedule)
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.scale_by_adam(b1=0.9, b2=0.98, eps=1e-8),
+                     optax.add_decayed_weights(args.wd, mask=wd_mask))
     opt_state = tx.init(params)
     step = 0
+    train_time = 0.0      # seconds spent in training steps (excludes evaluation), drives progress
     rng = np.random.RandomState(args.seed)
     ck = os.path.join(WORK, "ckpt_last.npz")
     if args.resume and os.path.exists(ck):
         params, opt_state, step, rs = load_ckpt(ck, params, opt_state)
         rng.set_state((rs[0], np.array(rs[1], np.uint32), rs[2], rs[3], rs[4]))
+        train_time = float(rs[5]) if len(rs) > 5 else 0.0
         log(f"resumed from {ck} at step {step}")
     else:
         with open(os.path.join(WORK, "curve.tsv"), "w") as f:
@@ -238,18 +248,26 @@ def main():
     from functools import partial
 
     @partial(jax.jit, static_argnames=("quant", "emb_format"))
-    def train_step(params, opt_state, ids, mask, tgt, quant, emb_format):
+    def train_step(params, opt_state, ids, mask, tgt, lr, quant, emb_format):
         (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             params, ids, mask, tgt, quant, emb_format, args.rel, args.spread)
         if args.emb_lr_mult != 1.0:
             grads = dict(grads, emb=grads["emb"] * args.emb_lr_mult)
         updates, opt_state = tx.update(grads, opt_state, params)
+        updates = jax.tree_util.tree_map(lambda u: -lr * u, updates)
         params = optax.apply_updates(params, updates)
         return params, opt_state, loss, aux
 
-    def phase(s):
-        quant = s >= int(args.fp32_frac * args.steps)
-        embq = args.embq_format if s >= int((1 - args.embq_frac) * args.steps) else None
+    def progress(s, tt):
+        p = s / args.steps
+        if args.time_budget:
+            p = max(p, tt / (60.0 * args.time_budget))
+        return min(p, 1.0)
+
+    def phase(s, tt=None):
+        p = progress(s, train_time if tt is None else tt)
+        quant = p >= args.fp32_frac
+        embq = args.embq_format if p >= 1 - args.embq_frac else None
         return quant, embq
 
     def evaluate(s, train_loss):
@@ -268,33 +286,38 @@ def main():
 
     if step == 0:
         evaluate(0, float("nan"))
-    p = sizes / sizes.sum()
     t0 = time.time()
+    p = sizes / sizes.sum()
     losses = []
-    while step < args.steps:
+    def ckpt():
+        st = rng.get_state()
+        save_ckpt(ck, params, opt_state, step, [st[0], st[1].tolist(), st[2], st[3], st[4], train_time])
+
+    while progress(step, train_time) < 1.0:
+        ts = time.time()
+        p_now = progress(step, train_time)
         quant, embq = phase(step)
+        lr = lr_at(p_now)
         b = bkeys[rng.choice(len(bkeys), p=p)]
         idx = buckets[b][rng.randint(0, len(buckets[b]), args.batch)]
         a, m = pad([tr_ids[k] for k in idx], b)
         params, opt_state, loss, aux = train_step(params, opt_state, jnp.asarray(a), jnp.asarray(m),
-                                                  jnp.asarray(tr_y[idx]), quant, embq)
+                                                  jnp.asarray(tr_y[idx]), jnp.float32(lr), quant, embq)
         step += 1
         losses.append(float(loss))
+        train_time += time.time() - ts
         if step % 20 == 0:
             dt = (time.time() - t0) / 20
             t0 = time.time()
-            log(f"step {step} loss {np.mean(losses[-20:]):.4f} (cos-loss {float(aux[0]):.4f} rel {float(aux[1]):.5f} "
-                f"offdiag s/t {float(aux[2]):.3f}/{float(aux[3]):.3f}) lr {float(sched(step)):.2e} {dt:.2f}s/step")
-        if step % args.eval_every == 0 or step == args.steps:
+            log(f"step {step} progress {progress(step, train_time):.3f} loss {np.mean(losses[-20:]):.4f} "
+                f"(cos-loss {float(aux[0]):.4f} rel {float(aux[1]):.5f} offdiag s/t {float(aux[2]):.3f}/"
+                f"{float(aux[3]):.3f}) lr {lr:.2e} {dt:.2f}s/step quant={quant} embq={embq}")
+        done = progress(step, train_time) >= 1.0
+        if step % args.eval_every == 0 or done:
             evaluate(step, float(np.mean(losses[-args.eval_every:])))
-        if step % args.ckpt_every == 0 or step == args.steps:
-            st = rng.get_state()
-            save_ckpt(ck, params, opt_state, step, [st[0], st[1].tolist(), st[2], st[3], st[4]])
-        if args.time_budget and (time.time() - t_start) / 60 > args.time_budget:
-            st = rng.get_state()
-            save_ckpt(ck, params, opt_state, step, [st[0], st[1].tolist(), st[2], st[3], st[4]])
-            log(f"time budget reached at step {step}; checkpoint saved, continue with --resume")
-            break
+            t0 = time.time()
+        if step % args.ckpt_every == 0 or done:
+            ckpt()
     params_to_npz(args.out, params)
     log(f"saved {args.out} at step {step}; total {(time.time() - t_start) / 60:.1f} min")
 
