@@ -6,7 +6,7 @@
 //! `acc = Σ q·w` (exact `i32`) → `y = (acc + bias) / (w_scale · s)`.
 //! Attention is `softmax(QKᵀ/√d_head)·V` over all tokens; the FFN is fc1 → exact-erf GELU → fc2.
 //! Then final LN, mean pool over every token (`[CLS]` and `[SEP]` included), the fp32 projection
-//! and L2 normalisation.
+//! and L2 normalisation (`e / max(‖e‖, 1e-12)`).
 //!
 //! All buffers live in [`Scratch`], sized once for `max_seq_len` tokens: a warm call allocates
 //! nothing.
@@ -255,10 +255,8 @@ pub fn forward(w: &Weights, kernel: Kernel, ids: &[u32], sc: &mut Scratch, out: 
     for (r, v) in out.iter_mut().enumerate() {
         *v = scalar::dot_f32(&w.proj_w[r * d..(r + 1) * d], pooled) + w.proj_b[r];
     }
-    let norm = out.iter().map(|v| v * v).sum::<f32>().sqrt();
-    if norm > 0.0 {
-        for v in out.iter_mut() {
-            *v /= norm;
-        }
+    let norm = out.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+    for v in out.iter_mut() {
+        *v /= norm;
     }
 }
