@@ -30,6 +30,9 @@ pub enum Error {
     /// 404.
     #[error("{0}")]
     NotFound(String),
+    /// 405: the route exists but not with this method.
+    #[error("this route does not accept that method")]
+    MethodNotAllowed,
     /// 409: lease lost, stale token, lock held, older fence. `body` adds fields to the error body
     /// (the stored cache entry for a refused `PUT`); `retry_after_s` sets `Retry-After`.
     #[error("{message}")]
@@ -109,6 +112,7 @@ impl Error {
             Error::Unauthorized => StatusCode::UNAUTHORIZED,
             Error::Forbidden(_) => StatusCode::FORBIDDEN,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
+            Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Error::Conflict { .. } => StatusCode::CONFLICT,
             Error::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Error::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -125,6 +129,7 @@ impl Error {
             Error::Unauthorized => "unauthorized",
             Error::Forbidden(_) => "forbidden",
             Error::NotFound(_) => "not_found",
+            Error::MethodNotAllowed => "method_not_allowed",
             Error::TooManyRequests { .. } => "too_many_requests",
             Error::Unavailable(_) => "unavailable",
             Error::Store(_) => "store_unavailable",

@@ -76,6 +76,9 @@ async fn auth_and_roles() {
     let r = call(&app, "GET", "/openapi.json", None, None).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.json["openapi"], "3.0.3");
+    let r = call(&app, "PATCH", "/v1/jobs", Some(ADMIN), None).await;
+    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(error_code(&r.json), "method_not_allowed");
     let r = call(&app, "GET", "/nope", Some(ADMIN), None).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert_eq!(error_code(&r.json), "not_found");

@@ -157,6 +157,7 @@ pub fn router(state: AppState) -> Router {
         .merge(admin)
         .merge(public)
         .fallback(|| async { Error::NotFound("no such route".to_owned()).into_response() })
+        .method_not_allowed_fallback(|| async { Error::MethodNotAllowed.into_response() })
         .layer(DefaultBodyLimit::max(cfg.max_body_bytes))
         .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .layer(SetResponseHeaderLayer::overriding(
