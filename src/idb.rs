@@ -1,15 +1,23 @@
-//! The IndexedDB-backed local vector cache (`rexie`).
+//! The IndexedDB-backed local vector cache (`rexie`), implementing
+//! [`LocalCache`](ternflow_core::ports::LocalCache).
 //!
-//! Records are plain objects `{ key, vector, expires_at }` in one object store keyed by `key`.
-//! Every method opens and finishes its own transaction: a transaction is never held across any
-//! other `.await` (IndexedDB auto-commits an idle transaction).
+//! Records are `{ key, vector, expires_at, used_at }` in one object store keyed by `key`, with an
+//! index on `used_at` for least-recently-used eviction. Every method opens and finishes its own
+//! transaction: a transaction is never held across any other `.await` (IndexedDB auto-commits an
+//! idle transaction, and a network round trip would do exactly that).
 
-use rexie::{ObjectStore, Rexie, TransactionMode};
+use std::cell::Cell;
+
+use rexie::{Index, ObjectStore, Rexie, TransactionMode};
 use serde::{Deserialize, Serialize};
+use ternflow_core::ports::LocalCache;
 use wasm_bindgen::JsValue;
 
 const STORE: &str = "vectors";
-const DB_VERSION: u32 = 1;
+const BY_USE: &str = "used_at";
+const DB_VERSION: u32 = 2;
+/// A hit rewrites `used_at` only when it is older than this, so reads stay cheap.
+const TOUCH_AFTER_MS: f64 = 60_000.0;
 
 /// Errors of the IndexedDB cache.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +31,12 @@ pub enum IdbError {
     Decode(#[from] serde_wasm_bindgen::Error),
 }
 
+impl From<IdbError> for ternflow_core::Error {
+    fn from(e: IdbError) -> Self {
+        ternflow_core::Error::LocalCache(e.to_string())
+    }
+}
+
 /// One cached vector.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
@@ -30,31 +44,44 @@ pub struct Record {
     pub key: String,
     /// The embedding.
     pub vector: Vec<f32>,
-    /// Expiry, milliseconds since the Unix epoch.
+    /// Expiry, Unix ms.
     pub expires_at: f64,
+    /// Last read or write, Unix ms (eviction order).
+    pub used_at: f64,
 }
 
 /// A handle on the IndexedDB database holding cached vectors.
 #[derive(Debug)]
 pub struct IdbCache {
     db: Rexie,
+    max_entries: u32,
+    evicted: Cell<u64>,
 }
 
 impl IdbCache {
-    /// Opens (creating if needed) the database `name`.
+    /// Opens (creating or upgrading if needed) the database `name`, keeping at most
+    /// `max_entries` records.
     ///
     /// # Errors
     /// Fails when IndexedDB is unavailable or refuses the open.
-    pub async fn open(name: &str) -> Result<Self, IdbError> {
+    pub async fn open(name: &str, max_entries: u32) -> Result<Self, IdbError> {
         let db = Rexie::builder(name)
             .version(DB_VERSION)
-            .add_object_store(ObjectStore::new(STORE).key_path("key"))
+            .add_object_store(
+                ObjectStore::new(STORE)
+                    .key_path("key")
+                    .add_index(Index::new(BY_USE, "used_at")),
+            )
             .build()
             .await?;
-        Ok(Self { db })
+        Ok(Self {
+            db,
+            max_entries: max_entries.max(1),
+            evicted: Cell::new(0),
+        })
     }
 
-    /// Deletes the database `name` (used by tests to start clean).
+    /// Deletes the database `name` (tests use it to start clean).
     ///
     /// # Errors
     /// Fails when IndexedDB refuses the deletion.
@@ -63,23 +90,37 @@ impl IdbCache {
         Ok(())
     }
 
-    /// Stores `record`, replacing any record with the same key.
+    /// Stores `record`, replacing any record with the same key, then evicts the least recently
+    /// used records beyond the bound — all in one transaction.
     ///
     /// # Errors
     /// Fails when the write transaction fails.
-    pub async fn put(&self, record: &Record) -> Result<(), IdbError> {
+    pub async fn put_record(&self, record: &Record) -> Result<(), IdbError> {
         let value = serde_wasm_bindgen::to_value(record)?;
         let tx = self.db.transaction(&[STORE], TransactionMode::ReadWrite)?;
-        tx.store(STORE)?.put(&value, None).await?;
+        let store = tx.store(STORE)?;
+        store.put(&value, None).await?;
+        let n = store.count(None).await?;
+        if n > self.max_entries {
+            let excess = n - self.max_entries;
+            let oldest = store
+                .index(BY_USE)?
+                .get_all_keys(None, Some(excess))
+                .await?;
+            for k in oldest {
+                store.delete(k).await?;
+            }
+            self.evicted.set(self.evicted.get() + u64::from(excess));
+        }
         tx.done().await?;
         Ok(())
     }
 
-    /// Reads the record stored under `key`, if any.
+    /// Reads the record stored under `key`, if any (expired or not).
     ///
     /// # Errors
     /// Fails when the read fails or the stored value is not a [`Record`].
-    pub async fn get(&self, key: &str) -> Result<Option<Record>, IdbError> {
+    pub async fn get_record(&self, key: &str) -> Result<Option<Record>, IdbError> {
         let tx = self.db.transaction(&[STORE], TransactionMode::ReadOnly)?;
         let value = tx.store(STORE)?.get(JsValue::from_str(key)).await?;
         tx.done().await?;
@@ -89,8 +130,72 @@ impl IdbCache {
         }
     }
 
+    /// Records stored.
+    ///
+    /// # Errors
+    /// Fails when the count request fails.
+    pub async fn count(&self) -> Result<u32, IdbError> {
+        let tx = self.db.transaction(&[STORE], TransactionMode::ReadOnly)?;
+        let n = tx.store(STORE)?.count(None).await?;
+        tx.done().await?;
+        Ok(n)
+    }
+
+    /// Records evicted by the size bound since this handle opened.
+    pub fn evicted(&self) -> u64 {
+        self.evicted.get()
+    }
+
+    async fn delete_keys(&self, keys: &[String]) -> Result<(), IdbError> {
+        let tx = self.db.transaction(&[STORE], TransactionMode::ReadWrite)?;
+        let store = tx.store(STORE)?;
+        for k in keys {
+            store.delete(JsValue::from_str(k)).await?;
+        }
+        tx.done().await?;
+        Ok(())
+    }
+
     /// Closes the database connection.
     pub fn close(self) {
         self.db.close();
+    }
+}
+
+impl LocalCache for IdbCache {
+    async fn get(&self, key: &str, now_ms: u64) -> ternflow_core::Result<Option<Vec<f32>>> {
+        let now = now_ms as f64;
+        let Some(mut rec) = self.get_record(key).await? else {
+            return Ok(None);
+        };
+        if rec.expires_at <= now {
+            self.delete_keys(&[key.to_owned()]).await?;
+            return Ok(None);
+        }
+        if now - rec.used_at > TOUCH_AFTER_MS {
+            rec.used_at = now;
+            self.put_record(&rec).await?;
+        }
+        Ok(Some(rec.vector))
+    }
+
+    async fn put(
+        &self,
+        key: &str,
+        vector: &[f32],
+        expires_at: u64,
+        now_ms: u64,
+    ) -> ternflow_core::Result<()> {
+        let rec = Record {
+            key: key.to_owned(),
+            vector: vector.to_vec(),
+            expires_at: expires_at as f64,
+            used_at: now_ms as f64,
+        };
+        Ok(self.put_record(&rec).await?)
+    }
+
+    async fn remove(&self, keys: &[String]) -> ternflow_core::Result<()> {
+        Ok(self.delete_keys(keys).await?)
     }
 }

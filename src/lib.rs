@@ -9,7 +9,11 @@
 //! - [`ternflow_core`] (`crates/core`): protocol types, the per-job pipeline, retry, breaker, caches
 //!   and the traits this crate implements. No web-sys.
 //! - [`ternflow_engine`] (`crates/engine`): the Ternlight inference engine. No web deps.
-//! - `idb` (wasm32 only): the IndexedDB-backed local cache, over `rexie`.
+//! - wasm32 only, one adapter per file: `idb` (IndexedDB local cache over rexie), `http` (the
+//!   server's protocol over gloo-net: queue, remote cache, locks, backend embedder), `sse`
+//!   (`EventSource` wake-ups and invalidations), `clock` (`Date.now`, `setTimeout`), `engine_port`
+//!   (the in-wasm engine as an embedder; model loading through the Cache API), `worker` (the
+//!   message entry point), `engine_api` (the engine's own JS class), `error` (the one error enum).
 //! - `engine_api` (wasm32 only): the `#[wasm_bindgen]` surface of the engine (`TernflowEngine`).
 //!
 //! Nothing here touches `window`: every browser API is reached through the global scope, so the
@@ -19,7 +23,19 @@ pub use ternflow_core as core;
 pub use ternflow_engine as engine;
 
 #[cfg(target_arch = "wasm32")]
+pub mod clock;
+#[cfg(target_arch = "wasm32")]
+pub mod engine_port;
+#[cfg(target_arch = "wasm32")]
+pub mod error;
+#[cfg(target_arch = "wasm32")]
+pub mod http;
+#[cfg(target_arch = "wasm32")]
 pub mod idb;
+#[cfg(target_arch = "wasm32")]
+pub mod sse;
+#[cfg(target_arch = "wasm32")]
+pub mod worker;
 
 #[cfg(target_arch = "wasm32")]
 pub mod engine_api;

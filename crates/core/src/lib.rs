@@ -15,6 +15,7 @@
 //!   [`worker`]: the claim loop with bounded concurrency and graceful drain.
 //! - [`retry`], [`breaker`], [`ratelimit`]: backoff with jitter, circuit breaker, token bucket.
 //! - [`metrics`], [`trace`]: the metrics registry and W3C trace context.
+//! - [`messages`]: the typed page ⇄ worker messages.
 //! - [`config`]: the worker's settings; [`error`]: the crate's one error enum.
 //! - [`memory`]: in-memory ports and a fake clock for tests.
 
@@ -25,6 +26,7 @@ pub mod error;
 pub mod job;
 pub mod keys;
 pub mod memory;
+pub mod messages;
 pub mod metrics;
 pub mod pipeline;
 pub mod ports;

@@ -455,7 +455,8 @@ impl<P: Ports> Pipeline<P> {
         }
     }
 
-    pub(crate) fn update_breaker_gauges(&self) {
+    /// Refreshes the breaker gauges from the breakers' state now.
+    pub fn update_breaker_gauges(&self) {
         let (e, b) = self.breakers();
         self.metrics.set_gauge(gauges::ENGINE_BREAKER, e.as_gauge());
         self.metrics

@@ -1,0 +1,220 @@
+//! The typed messages between the page and the worker (`postMessage`), as serde enums.
+//!
+//! Requests carry an `id` the reply repeats, so the page can have many in flight. The JS glue in
+//! `www/` only forwards these objects; their shapes are defined here, once.
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::{ResultSource, WorkerMetrics};
+use crate::worker::RunSummary;
+
+/// Where the worker finds its server.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerOptions {
+    /// Base URL, e.g. `http://127.0.0.1:8787`.
+    pub url: String,
+    /// Bearer token with the `worker` role.
+    #[serde(default)]
+    pub token: String,
+}
+
+/// A request from the page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum ToWorker {
+    /// Configure the worker (and connect to a server when one is given).
+    #[serde(rename_all = "camelCase")]
+    Init {
+        /// Request id.
+        id: u32,
+        /// The server, if any (without one: local cache and engine only).
+        #[serde(default)]
+        server: Option<ServerOptions>,
+        /// Settings (partial: the rest keeps its defaults).
+        #[serde(default)]
+        config: Option<serde_json::Value>,
+        /// Name of the IndexedDB database (default `ternflow`).
+        #[serde(default)]
+        db_name: Option<String>,
+        /// Most entries kept in IndexedDB.
+        #[serde(default)]
+        max_local_entries: Option<u32>,
+    },
+    /// Load a model from a URL (cached with the Cache API), checked against `sha256` if given.
+    #[serde(rename_all = "camelCase")]
+    LoadModel {
+        /// Request id.
+        id: u32,
+        /// Where the TERN v1 file is.
+        url: String,
+        /// Expected SHA-256 of the file (hex), if known.
+        #[serde(default)]
+        sha256: Option<String>,
+    },
+    /// Embed texts through the caches (no queue).
+    Embed {
+        /// Request id.
+        id: u32,
+        /// The texts.
+        texts: Vec<String>,
+    },
+    /// Start pulling jobs from the server's queue.
+    Start {
+        /// Request id.
+        id: u32,
+        /// Jobs in flight at once.
+        #[serde(default)]
+        concurrency: Option<u32>,
+    },
+    /// Stop pulling; finish in-flight jobs until the deadline, then hand the rest back.
+    #[serde(rename_all = "camelCase")]
+    Stop {
+        /// Request id.
+        id: u32,
+        /// Milliseconds from now to finish in-flight work (default 10 000).
+        #[serde(default)]
+        deadline_ms: Option<u64>,
+    },
+    /// A metrics snapshot.
+    Stats {
+        /// Request id.
+        id: u32,
+    },
+}
+
+/// One embedded text in an [`FromWorker::Embedded`] reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Embedding {
+    /// The vector.
+    pub vector: Vec<f32>,
+    /// Where it came from.
+    pub source: ResultSource,
+}
+
+/// A reply or an event from the worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum FromWorker {
+    /// `Init` or `LoadModel` done.
+    #[serde(rename_all = "camelCase")]
+    Ready {
+        /// Request id.
+        id: u32,
+        /// The loaded model, if any.
+        model_id: Option<String>,
+    },
+    /// `Embed` done.
+    Embedded {
+        /// Request id.
+        id: u32,
+        /// One per text, in order.
+        embeddings: Vec<Embedding>,
+    },
+    /// `Start` accepted.
+    Started {
+        /// Request id.
+        id: u32,
+    },
+    /// `Stop` done: the loop drained.
+    Stopped {
+        /// Request id.
+        id: u32,
+        /// What the loop did.
+        summary: Summary,
+    },
+    /// `Stats` reply.
+    Stats {
+        /// Request id.
+        id: u32,
+        /// The snapshot.
+        metrics: WorkerMetrics,
+    },
+    /// A periodic metrics snapshot (no request).
+    Metrics {
+        /// The snapshot.
+        metrics: WorkerMetrics,
+    },
+    /// A request failed.
+    Error {
+        /// Request id.
+        id: u32,
+        /// Machine-readable code.
+        code: String,
+        /// Detail.
+        message: String,
+    },
+}
+
+/// [`RunSummary`] as sent to the page.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// Jobs claimed.
+    pub claimed: u64,
+    /// Jobs acked.
+    pub done: u64,
+    /// Jobs nacked for re-delivery.
+    pub retried: u64,
+    /// Jobs dead-lettered.
+    pub dead: u64,
+    /// Jobs whose lease was lost.
+    pub lost: u64,
+    /// Jobs handed back at the deadline.
+    pub handed_back: u64,
+}
+
+impl From<RunSummary> for Summary {
+    fn from(s: RunSummary) -> Self {
+        Summary {
+            claimed: s.claimed,
+            done: s.done,
+            retried: s.retried,
+            dead: s.dead,
+            lost: s.lost,
+            handed_back: s.handed_back,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn messages_are_tagged_camel_case() {
+        let m: ToWorker = serde_json::from_value(json!({
+            "type": "init", "id": 1, "server": {"url": "http://x", "token": "t"},
+            "maxLocalEntries": 10
+        }))
+        .unwrap();
+        assert!(matches!(
+            m,
+            ToWorker::Init {
+                id: 1,
+                max_local_entries: Some(10),
+                ..
+            }
+        ));
+        let s: ToWorker =
+            serde_json::from_value(json!({"type": "stop", "id": 2, "deadlineMs": 5})).unwrap();
+        assert_eq!(
+            s,
+            ToWorker::Stop {
+                id: 2,
+                deadline_ms: Some(5)
+            }
+        );
+        let r = FromWorker::Ready {
+            id: 1,
+            model_id: Some("m".into()),
+        };
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            json!({"type": "ready", "id": 1, "modelId": "m"})
+        );
+        assert!(serde_json::from_value::<ToWorker>(json!({"type": "nope", "id": 1})).is_err());
+    }
+}

@@ -1,0 +1,341 @@
+//! The server's protocol over `fetch` (gloo-net): the queue, the remote cache, the locks and the
+//! backend embedder, all from one client holding the base URL and the bearer token.
+//!
+//! Status mapping: 409 on a lease or lock route is [`Error::LeaseLost`]; 409 on a cache put is a
+//! [`PutOutcome::Conflict`] carrying the stored entry; 409 on lock acquire means "held"; every
+//! other non-2xx is [`Error::Http`] with the protocol's code and `Retry-After`. A network failure
+//! is [`Error::Unreachable`]. Without a server (offline mode) the remote cache always misses, locks
+//! are granted locally, and the queue and backend are unreachable.
+
+use std::cell::RefCell;
+use std::ops::Deref;
+use std::rc::Rc;
+
+use gloo_net::http::{Request, RequestBuilder, Response};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use ternflow_core::ports::{Embedder, JobSource, Locks, PutOutcome, RemoteCache};
+use ternflow_core::protocol::{
+    AckRequest, CacheEntry, CachePut, ClaimRequest, ClaimResponse, ClaimedJob, EmbedRequest,
+    EmbedResponse, HeartbeatRequest, HeartbeatResponse, Lease, LockGrant, LockRequest, LockToken,
+    NackRequest, NackResponse, WorkerMetrics,
+};
+use ternflow_core::{Error, Result};
+
+/// A client of one ternflow server (or none: offline mode). Cheap to clone: clones share one
+/// connection state, so one client serves as the queue, the cache, the locks and the backend.
+#[derive(Debug, Clone)]
+pub struct HttpClient {
+    inner: Rc<ClientInner>,
+}
+
+impl Deref for HttpClient {
+    type Target = ClientInner;
+    fn deref(&self) -> &ClientInner {
+        &self.inner
+    }
+}
+
+/// The shared state of an [`HttpClient`].
+#[derive(Debug)]
+pub struct ClientInner {
+    base: RefCell<Option<String>>,
+    token: String,
+    worker: String,
+    backend_model: RefCell<Option<String>>,
+}
+
+#[derive(serde::Deserialize)]
+struct ErrorBody {
+    error: ErrorDetail,
+}
+
+#[derive(serde::Deserialize)]
+struct ErrorDetail {
+    code: String,
+    message: String,
+    #[serde(default)]
+    entry: Option<CacheEntry>,
+}
+
+enum Method {
+    Get,
+    Post,
+    Put,
+    Delete,
+}
+
+impl HttpClient {
+    /// A client of the server at `base` (e.g. `http://127.0.0.1:8787`), or offline with `None`.
+    pub fn new(base: Option<&str>, token: &str, worker: &str) -> Self {
+        HttpClient {
+            inner: Rc::new(ClientInner {
+                base: RefCell::new(base.map(|b| b.trim_end_matches('/').to_owned())),
+                token: token.to_owned(),
+                worker: worker.to_owned(),
+                backend_model: RefCell::new(None),
+            }),
+        }
+    }
+
+    /// Whether a server is configured.
+    pub fn is_online(&self) -> bool {
+        self.base.borrow().is_some()
+    }
+
+    /// The server's base URL.
+    pub fn base(&self) -> Option<String> {
+        self.base.borrow().clone()
+    }
+
+    /// Points every clone of this client at another server (or none). Used to fail over, and by
+    /// the tests to cut the network and bring it back.
+    pub fn set_base(&self, base: Option<&str>) {
+        *self.base.borrow_mut() = base.map(|b| b.trim_end_matches('/').to_owned());
+    }
+
+    /// The bearer token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    fn builder(&self, method: Method, path: &str, trace: &str) -> Result<RequestBuilder> {
+        let Some(base) = self.base() else {
+            return Err(Error::Unreachable("no server configured".into()));
+        };
+        let url = format!("{base}{path}");
+        let mut rb = match method {
+            Method::Get => Request::get(&url),
+            Method::Post => Request::post(&url),
+            Method::Put => Request::put(&url),
+            Method::Delete => Request::delete(&url),
+        }
+        .header("authorization", &format!("Bearer {}", self.token));
+        if !trace.is_empty() {
+            rb = rb.header("traceparent", trace);
+        }
+        Ok(rb)
+    }
+
+    async fn send<B: Serialize>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        trace: &str,
+    ) -> Result<Response> {
+        let rb = self.builder(method, path, trace)?;
+        let req = match body {
+            Some(b) => rb.json(b),
+            None => rb.build(),
+        }
+        .map_err(|e| Error::Protocol(e.to_string()))?;
+        req.send()
+            .await
+            .map_err(|e| Error::Unreachable(e.to_string()))
+    }
+
+    async fn json<T: DeserializeOwned>(resp: Response) -> Result<T> {
+        resp.json::<T>()
+            .await
+            .map_err(|e| Error::Protocol(format!("bad response body: {e}")))
+    }
+
+    /// Turns a non-2xx response into [`Error::Http`] (with the cache entry of a 409, if any).
+    async fn failure(resp: Response) -> (Error, Option<CacheEntry>) {
+        let status = resp.status();
+        let retry_after_ms = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(|s| s * 1000);
+        let (code, message, entry) = match resp.json::<ErrorBody>().await {
+            Ok(b) => (b.error.code, b.error.message, b.error.entry),
+            Err(_) => (format!("http_{status}"), String::new(), None),
+        };
+        (
+            Error::Http {
+                status,
+                code,
+                message,
+                retry_after_ms,
+            },
+            entry,
+        )
+    }
+
+    async fn expect_ok<T: DeserializeOwned>(resp: Response, lease_id: Option<&str>) -> Result<T> {
+        if resp.ok() {
+            return Self::json(resp).await;
+        }
+        let status = resp.status();
+        let (err, _) = Self::failure(resp).await;
+        match (status, lease_id) {
+            (409, Some(id)) => Err(Error::LeaseLost(id.to_owned())),
+            _ => Err(err),
+        }
+    }
+
+    /// Pushes a metrics snapshot (`POST /v1/metrics`).
+    ///
+    /// # Errors
+    /// When the server is unreachable or refuses the snapshot.
+    pub async fn push_metrics(&self, m: &WorkerMetrics) -> Result<()> {
+        let resp = self.send(Method::Post, "/v1/metrics", Some(m), "").await?;
+        if resp.ok() {
+            Ok(())
+        } else {
+            Err(Self::failure(resp).await.0)
+        }
+    }
+}
+
+fn enc(s: &str) -> String {
+    String::from(js_sys::encode_uri_component(s))
+}
+
+impl JobSource for HttpClient {
+    async fn claim(&self, max: u32, wait_ms: u64) -> Result<Vec<ClaimedJob>> {
+        let body = ClaimRequest {
+            worker: self.worker.clone(),
+            max,
+            wait_ms,
+        };
+        let resp = self
+            .send(Method::Post, "/v1/jobs/claim", Some(&body), "")
+            .await?;
+        Ok(Self::expect_ok::<ClaimResponse>(resp, None).await?.jobs)
+    }
+
+    async fn heartbeat(&self, job_id: &str, token: &str, trace: &str) -> Result<Lease> {
+        let body = HeartbeatRequest {
+            token: token.to_owned(),
+        };
+        let path = format!("/v1/jobs/{}/heartbeat", enc(job_id));
+        let resp = self.send(Method::Post, &path, Some(&body), trace).await?;
+        Ok(Self::expect_ok::<HeartbeatResponse>(resp, Some(job_id))
+            .await?
+            .lease)
+    }
+
+    async fn ack(&self, job_id: &str, ack: &AckRequest, trace: &str) -> Result<()> {
+        let path = format!("/v1/jobs/{}/ack", enc(job_id));
+        let resp = self.send(Method::Post, &path, Some(ack), trace).await?;
+        Self::expect_ok::<serde_json::Value>(resp, Some(job_id)).await?;
+        Ok(())
+    }
+
+    async fn nack(&self, job_id: &str, nack: &NackRequest, trace: &str) -> Result<NackResponse> {
+        let path = format!("/v1/jobs/{}/nack", enc(job_id));
+        let resp = self.send(Method::Post, &path, Some(nack), trace).await?;
+        Self::expect_ok(resp, Some(job_id)).await
+    }
+}
+
+impl RemoteCache for HttpClient {
+    async fn get(&self, key: &str, trace: &str) -> Result<Option<CacheEntry>> {
+        if !self.is_online() {
+            return Ok(None);
+        }
+        let path = format!("/v1/cache/{}", enc(key));
+        let resp = self.send::<()>(Method::Get, &path, None, trace).await?;
+        if resp.status() == 404 {
+            return Ok(None);
+        }
+        Self::expect_ok(resp, None).await.map(Some)
+    }
+
+    async fn put(&self, key: &str, put: &CachePut, trace: &str) -> Result<PutOutcome> {
+        if !self.is_online() {
+            return Ok(PutOutcome::Stored);
+        }
+        let path = format!("/v1/cache/{}", enc(key));
+        let resp = self.send(Method::Put, &path, Some(put), trace).await?;
+        if resp.ok() {
+            return Ok(PutOutcome::Stored);
+        }
+        let status = resp.status();
+        match Self::failure(resp).await {
+            (_, Some(entry)) if status == 409 => Ok(PutOutcome::Conflict(entry)),
+            (e, _) => Err(e),
+        }
+    }
+}
+
+impl Locks for HttpClient {
+    async fn acquire(&self, key: &str, ttl_ms: u64, trace: &str) -> Result<Option<LockGrant>> {
+        if !self.is_online() {
+            return Ok(Some(LockGrant {
+                token: "local".into(),
+                fence: 0,
+                expires_at: u64::MAX,
+            }));
+        }
+        let body = LockRequest {
+            ttl_ms: Some(ttl_ms),
+        };
+        let path = format!("/v1/locks/{}", enc(key));
+        let resp = self.send(Method::Post, &path, Some(&body), trace).await?;
+        if resp.status() == 409 {
+            return Ok(None);
+        }
+        Self::expect_ok(resp, None).await.map(Some)
+    }
+
+    async fn renew(&self, key: &str, token: &str, ttl_ms: u64, trace: &str) -> Result<LockGrant> {
+        if !self.is_online() {
+            return Ok(LockGrant {
+                token: token.to_owned(),
+                fence: 0,
+                expires_at: u64::MAX,
+            });
+        }
+        let body = LockToken {
+            token: token.to_owned(),
+            ttl_ms: Some(ttl_ms),
+        };
+        let path = format!("/v1/locks/{}/renew", enc(key));
+        let resp = self.send(Method::Post, &path, Some(&body), trace).await?;
+        Self::expect_ok(resp, Some(key)).await
+    }
+
+    async fn release(&self, key: &str, token: &str, trace: &str) -> Result<()> {
+        if !self.is_online() {
+            return Ok(());
+        }
+        let body = LockToken {
+            token: token.to_owned(),
+            ttl_ms: None,
+        };
+        let path = format!("/v1/locks/{}", enc(key));
+        let resp = self.send(Method::Delete, &path, Some(&body), trace).await?;
+        if resp.ok() || resp.status() == 409 {
+            // 409: it expired and someone else holds it now; nothing of ours to release.
+            Ok(())
+        } else {
+            Err(Self::failure(resp).await.0)
+        }
+    }
+}
+
+impl Embedder for HttpClient {
+    fn model_id(&self) -> Option<String> {
+        self.backend_model.borrow().clone()
+    }
+
+    async fn embed(&self, text: &str, trace: &str) -> Result<Vec<f32>> {
+        let body = EmbedRequest {
+            texts: vec![text.to_owned()],
+        };
+        let resp = self
+            .send(Method::Post, "/v1/embed", Some(&body), trace)
+            .await?;
+        let r: EmbedResponse = Self::expect_ok(resp, None).await?;
+        *self.backend_model.borrow_mut() = Some(r.model_id);
+        r.vectors
+            .into_iter()
+            .next()
+            .map(|v| v.0)
+            .ok_or_else(|| Error::Protocol("embed response without a vector".into()))
+    }
+}

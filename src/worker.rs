@@ -1,0 +1,309 @@
+//! The Web Worker entry: typed page ⇄ worker messages ([`ToWorker`] / [`FromWorker`]) over the
+//! pipeline built from the browser adapters.
+//!
+//! `www/worker.js` only forwards: `onmessage = e => handle(e.data).then(r => postMessage(r))`.
+//! Metric snapshots are pushed to the page (`postMessage`) and to the server (`POST /v1/metrics`)
+//! every `metrics_interval_ms` while the queue loop runs.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use futures_channel::oneshot;
+use serde::Serialize;
+use ternflow_core::messages::{Embedding, FromWorker, ServerOptions, Summary, ToWorker};
+use ternflow_core::ports::Clock;
+use ternflow_core::{Adapters, Config, Pipeline, Ports};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+
+use crate::clock::BrowserClock;
+use crate::engine_port::{fetch_model, LocalEngine};
+use crate::error::WorkerError;
+use crate::http::HttpClient;
+use crate::idb::IdbCache;
+use crate::sse::SseWakeups;
+
+/// The browser's adapter types.
+#[derive(Debug)]
+pub struct Browser;
+
+impl Ports for Browser {
+    type Source = HttpClient;
+    type Local = IdbCache;
+    type Remote = HttpClient;
+    type Locks = HttpClient;
+    type Engine = LocalEngine;
+    type Backend = HttpClient;
+    type Clock = BrowserClock;
+}
+
+/// How often metrics are pushed while the queue loop runs.
+const METRICS_INTERVAL_MS: u64 = 2_000;
+const DEFAULT_DB: &str = "ternflow";
+const DEFAULT_MAX_LOCAL: u32 = 50_000;
+
+/// Builds a pipeline over the browser adapters.
+///
+/// # Errors
+/// When IndexedDB cannot be opened.
+pub async fn browser_pipeline(
+    server: Option<&ServerOptions>,
+    engine: LocalEngine,
+    cfg: Config,
+    db_name: &str,
+    max_local_entries: u32,
+) -> Result<Pipeline<Browser>, WorkerError> {
+    let client = HttpClient::new(
+        server.map(|s| s.url.as_str()),
+        server.map_or("", |s| s.token.as_str()),
+        &cfg.worker_id,
+    );
+    let local = IdbCache::open(db_name, max_local_entries).await?;
+    Ok(Pipeline::new(
+        Adapters {
+            source: client.clone(),
+            local,
+            remote: client.clone(),
+            locks: client.clone(),
+            engine,
+            backend: client,
+            clock: BrowserClock,
+        },
+        cfg,
+    ))
+}
+
+struct Running {
+    done: oneshot::Receiver<Summary>,
+    wake: Rc<SseWakeups>,
+}
+
+#[derive(Default)]
+struct State {
+    engine: LocalEngine,
+    pipeline: Option<Rc<Pipeline<Browser>>>,
+    running: Option<Running>,
+    /// IndexedDB name and bound given at `init`, reused when the pipeline is rebuilt.
+    db: Option<(String, u32)>,
+}
+
+fn db_settings() -> (String, u32) {
+    STATE
+        .with(|s| s.borrow().db.clone())
+        .unwrap_or_else(|| (DEFAULT_DB.to_owned(), DEFAULT_MAX_LOCAL))
+}
+
+thread_local! {
+    static STATE: RefCell<State> = RefCell::new(State::default());
+}
+
+fn pipeline() -> Result<Rc<Pipeline<Browser>>, WorkerError> {
+    STATE
+        .with(|s| s.borrow().pipeline.clone())
+        .ok_or_else(|| WorkerError::BadMessage("send `init` first".into()))
+}
+
+fn post_to_page(msg: &FromWorker) {
+    if let Ok(scope) = js_sys::global().dyn_into::<web_sys::DedicatedWorkerGlobalScope>() {
+        if let Ok(v) = to_js(msg) {
+            let _ = scope.post_message(&v);
+        }
+    }
+}
+
+fn to_js(msg: &FromWorker) -> Result<JsValue, serde_wasm_bindgen::Error> {
+    msg.serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+}
+
+fn request_id(msg: &ToWorker) -> u32 {
+    match msg {
+        ToWorker::Init { id, .. }
+        | ToWorker::LoadModel { id, .. }
+        | ToWorker::Embed { id, .. }
+        | ToWorker::Start { id, .. }
+        | ToWorker::Stop { id, .. }
+        | ToWorker::Stats { id } => *id,
+    }
+}
+
+/// Handles one message from the page and resolves to the reply (a `FromWorker` object).
+#[wasm_bindgen]
+pub async fn handle(data: JsValue) -> JsValue {
+    let msg: Result<ToWorker, _> = serde_wasm_bindgen::from_value(data);
+    let reply = match msg {
+        Err(e) => FromWorker::Error {
+            id: 0,
+            code: "bad_message".into(),
+            message: e.to_string(),
+        },
+        Ok(msg) => {
+            let id = request_id(&msg);
+            dispatch(msg).await.unwrap_or_else(|e| FromWorker::Error {
+                id,
+                code: e.code(),
+                message: e.to_string(),
+            })
+        }
+    };
+    to_js(&reply).unwrap_or(JsValue::NULL)
+}
+
+/// Loads a model from bytes into the worker's engine (for pages that fetch it themselves);
+/// resolves to its model id.
+///
+/// # Errors
+/// When the bytes are not a valid TERN v1 model.
+#[wasm_bindgen(js_name = loadModelBytes)]
+pub fn load_model_bytes(bytes: &[u8]) -> Result<String, JsError> {
+    let engine = STATE.with(|s| s.borrow().engine.clone());
+    engine.load(bytes).map_err(|e| JsError::new(&e.to_string()))
+}
+
+async fn dispatch(msg: ToWorker) -> Result<FromWorker, WorkerError> {
+    match msg {
+        ToWorker::Init {
+            id,
+            server,
+            config,
+            db_name,
+            max_local_entries,
+        } => {
+            let cfg: Config = match config {
+                Some(v) => serde_json::from_value(v)
+                    .map_err(|e| WorkerError::BadMessage(format!("config: {e}")))?,
+                None => Config::default(),
+            };
+            let engine = STATE.with(|s| s.borrow().engine.clone());
+            let db = db_name.unwrap_or_else(|| DEFAULT_DB.to_owned());
+            let max_local = max_local_entries.unwrap_or(DEFAULT_MAX_LOCAL);
+            let p = browser_pipeline(server.as_ref(), engine.clone(), cfg, &db, max_local).await?;
+            STATE.with(|s| {
+                let mut s = s.borrow_mut();
+                s.pipeline = Some(Rc::new(p));
+                s.db = Some((db, max_local));
+            });
+            Ok(FromWorker::Ready {
+                id,
+                model_id: ternflow_core::ports::Embedder::model_id(&engine),
+            })
+        }
+        ToWorker::LoadModel { id, url, sha256 } => {
+            let bytes = fetch_model(&url, sha256.as_deref()).await?;
+            let engine = STATE.with(|s| s.borrow().engine.clone());
+            let model_id = engine.load(&bytes)?;
+            Ok(FromWorker::Ready {
+                id,
+                model_id: Some(model_id),
+            })
+        }
+        ToWorker::Embed { id, texts } => {
+            let p = pipeline()?;
+            let mut embeddings = Vec::with_capacity(texts.len());
+            for t in &texts {
+                let trace = ternflow_core::trace::TraceParent::new_root(p.rng()).header();
+                let r = p.resolve(t, None, &trace).await?;
+                embeddings.push(Embedding {
+                    vector: r.vector,
+                    source: r.source,
+                });
+            }
+            Ok(FromWorker::Embedded { id, embeddings })
+        }
+        ToWorker::Start { id, concurrency } => {
+            start(concurrency).await?;
+            Ok(FromWorker::Started { id })
+        }
+        ToWorker::Stop { id, deadline_ms } => {
+            let summary = stop(deadline_ms.unwrap_or(10_000)).await?;
+            Ok(FromWorker::Stopped { id, summary })
+        }
+        ToWorker::Stats { id } => {
+            let p = pipeline()?;
+            p.update_breaker_gauges();
+            Ok(FromWorker::Stats {
+                id,
+                metrics: p.metrics.snapshot(&p.cfg.worker_id, BrowserClock.now_ms()),
+            })
+        }
+    }
+}
+
+async fn start(concurrency: Option<u32>) -> Result<(), WorkerError> {
+    if STATE.with(|s| s.borrow().running.is_some()) {
+        return Err(WorkerError::BadMessage("already started".into()));
+    }
+    let mut p = pipeline()?;
+    if let Some(c) = concurrency {
+        // A new concurrency needs a new pipeline (the loop reads it once).
+        let cfg = Config {
+            concurrency: c,
+            ..p.cfg.clone()
+        };
+        let server = p.source.base().map(|url| ServerOptions {
+            url,
+            token: p.source.token().to_owned(),
+        });
+        let engine = STATE.with(|s| s.borrow().engine.clone());
+        let (db, max_local) = db_settings();
+        let fresh = browser_pipeline(server.as_ref(), engine, cfg, &db, max_local).await?;
+        p = Rc::new(fresh);
+        STATE.with(|s| s.borrow_mut().pipeline = Some(p.clone()));
+    }
+    let Some(base) = p.source.base() else {
+        return Err(WorkerError::BadMessage("queue mode needs a server".into()));
+    };
+    let inval = Rc::downgrade(&p);
+    let wake = Rc::new(SseWakeups::open(&base, p.source.token(), move |keys| {
+        if let Some(p) = inval.upgrade() {
+            wasm_bindgen_futures::spawn_local(async move { p.invalidate(&keys).await });
+        }
+    }));
+    let (tx, rx) = oneshot::channel();
+    let (lp, lw) = (p.clone(), wake.clone());
+    wasm_bindgen_futures::spawn_local(async move {
+        let sum = lp.run_queue(&*lw).await;
+        let _ = tx.send(sum.into());
+    });
+    let mp = p.clone();
+    wasm_bindgen_futures::spawn_local(async move {
+        while !mp.stop.is_stopped() {
+            BrowserClock.sleep(METRICS_INTERVAL_MS).await;
+            push_metrics(&mp).await;
+        }
+        push_metrics(&mp).await;
+    });
+    STATE.with(|s| {
+        s.borrow_mut().running = Some(Running { done: rx, wake });
+    });
+    Ok(())
+}
+
+async fn push_metrics(p: &Pipeline<Browser>) {
+    p.update_breaker_gauges();
+    let snap = p.metrics.snapshot(&p.cfg.worker_id, BrowserClock.now_ms());
+    post_to_page(&FromWorker::Metrics {
+        metrics: snap.clone(),
+    });
+    let _ = p.source.push_metrics(&snap).await;
+}
+
+async fn stop(deadline_ms: u64) -> Result<Summary, WorkerError> {
+    let p = pipeline()?;
+    let running = STATE.with(|s| s.borrow_mut().running.take());
+    let Some(running) = running else {
+        return Ok(Summary::default());
+    };
+    p.stop.stop(BrowserClock.now_ms() + deadline_ms);
+    let summary = running.done.await.unwrap_or_default();
+    running.wake.close();
+    // A stopped pipeline cannot be restarted: replace it with a fresh one (same settings).
+    let server = p.source.base().map(|url| ServerOptions {
+        url,
+        token: p.source.token().to_owned(),
+    });
+    let engine = STATE.with(|s| s.borrow().engine.clone());
+    let (db, max_local) = db_settings();
+    let fresh = browser_pipeline(server.as_ref(), engine, p.cfg.clone(), &db, max_local).await?;
+    STATE.with(|s| s.borrow_mut().pipeline = Some(Rc::new(fresh)));
+    Ok(summary)
+}
