@@ -152,3 +152,44 @@ async fn shutdown_signal() {
         _ = term => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::super::{Cli, Command};
+
+    #[test]
+    fn parses_flags_and_builds_tokens() {
+        let dir = std::env::temp_dir().join(format!("tf-serve-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("tokens.txt");
+        std::fs::write(&file, "# ci\np1:producer\nw1:worker\n").unwrap();
+        let cli = Cli::try_parse_from([
+            "ternflow",
+            "serve",
+            "--store",
+            "redis://127.0.0.1:6379/0",
+            "--tokens",
+            file.to_str().unwrap(),
+            "--insecure-dev-token",
+            "dev",
+            "--cors-origin",
+            "https://a.example",
+            "--cors-origin",
+            "https://b.example",
+            "--cors-allow-localhost",
+        ])
+        .unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("expected serve");
+        };
+        assert_eq!(args.addr, "127.0.0.1:8787");
+        assert_eq!(args.cors_origins.len(), 2);
+        assert!(args.cors_allow_localhost);
+        let t = super::tokens(&args).unwrap();
+        assert_eq!(t.role("p1"), Some(ternflow_server::Role::Producer));
+        assert_eq!(t.role("dev"), Some(ternflow_server::Role::Admin));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
