@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::header;
@@ -15,7 +16,6 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 use crate::error::Error;
-use crate::state::AppState;
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -112,7 +112,7 @@ impl Tokens {
 /// A route group's requirement: any of `roles` (admin always passes).
 #[derive(Debug, Clone)]
 pub struct Gate {
-    pub(crate) state: AppState,
+    pub(crate) tokens: Arc<Tokens>,
     pub(crate) roles: &'static [Role],
     pub(crate) allow_query_token: bool,
 }
@@ -138,7 +138,7 @@ pub async fn gate(State(g): State<Gate>, req: Request, next: Next) -> Result<Res
     };
     let role = token
         .as_deref()
-        .and_then(|t| g.state.tokens.role(t))
+        .and_then(|t| g.tokens.role(t))
         .ok_or(Error::Unauthorized)?;
     if role != Role::Admin && !g.roles.contains(&role) {
         return Err(Error::Forbidden(

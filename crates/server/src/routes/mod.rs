@@ -32,7 +32,7 @@ fn guarded(
     r: Router<AppState>,
 ) -> Router<AppState> {
     let g = Gate {
-        state: state.clone(),
+        tokens: state.tokens.clone(),
         roles,
         allow_query_token,
     };
