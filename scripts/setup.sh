@@ -22,7 +22,7 @@ for comp in rustfmt clippy; do
 done
 
 # 2. Debian packages: the browser and its driver for wasm-pack test, Redis for the server tests.
-APT_PKGS=(chromium chromium-driver redis-server)
+APT_PKGS=(chromium chromium-driver redis-server curl)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -46,7 +46,31 @@ run fmt cargo fmt --all --check
 run clippy-native cargo clippy --workspace --all-targets --locked -- -D warnings
 run clippy-wasm cargo clippy --target wasm32-unknown-unknown -p ternflow -p ternflow-core -p ternflow-engine --all-targets --locked -- -D warnings
 run cargo-test cargo test --workspace --locked
-run browser wasm-pack --log-level warn test --headless --chrome --mode no-install
+# Browser tests run against a real server on a real Redis, both started here on free ports.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+start_services() {
+  cargo build --locked -q -p ternflow-cli || return 1
+  local rport sport token
+  rport=$(free_port); sport=$(free_port); token="test-admin-$RANDOM$RANDOM"
+  mkdir -p "$LOGDIR/redis"
+  (cd "$LOGDIR/redis" && exec redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly yes \
+     --dir "$LOGDIR/redis" >"$LOGDIR/redis.log" 2>&1) &
+  PIDS+=($!)
+  for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  target/debug/ternflow serve --addr "127.0.0.1:$sport" --store "redis://127.0.0.1:$rport/0" \
+    --model crates/engine/tests/data/ref_tiny_ternary.tern --insecure-dev-token "$token" \
+    --cors-allow-localhost --lease-ms 1500 --max-attempts 3 >"$LOGDIR/server.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$sport/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
+  curl -fsS "http://127.0.0.1:$sport/healthz" >/dev/null || { cat "$LOGDIR/server.log"; return 1; }
+  export TERNFLOW_TEST_SERVER="http://127.0.0.1:$sport" TERNFLOW_TEST_TOKEN="$token"
+}
+if start_services; then
+  run browser wasm-pack --log-level warn test --headless --chrome --mode no-install
+else
+  echo "could not start redis + ternflow serve for the browser tests"
+  failed=$((failed + 1)); failed_steps+=("browser-services")
+fi
 
 echo
 [ ${#failed_steps[@]} -eq 0 ] || echo "failed steps: ${failed_steps[*]}"

@@ -45,17 +45,18 @@ pub struct ClientInner {
     backend_model: RefCell<Option<String>>,
 }
 
+/// The protocol's error body; a refused cache put adds the stored entry beside `error`.
 #[derive(serde::Deserialize)]
 struct ErrorBody {
     error: ErrorDetail,
+    #[serde(default)]
+    entry: Option<CacheEntry>,
 }
 
 #[derive(serde::Deserialize)]
 struct ErrorDetail {
     code: String,
     message: String,
-    #[serde(default)]
-    entry: Option<CacheEntry>,
 }
 
 enum Method {
@@ -150,7 +151,7 @@ impl HttpClient {
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(|s| s * 1000);
         let (code, message, entry) = match resp.json::<ErrorBody>().await {
-            Ok(b) => (b.error.code, b.error.message, b.error.entry),
+            Ok(b) => (b.error.code, b.error.message, b.entry),
             Err(_) => (format!("http_{status}"), String::new(), None),
         };
         (

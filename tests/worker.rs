@@ -1,0 +1,465 @@
+//! The worker pipeline in a real dedicated Web Worker (headless Chromium) against a real
+//! `ternflow serve` on Redis, started by `scripts/test.sh`, which passes its address and an admin
+//! token through compile-time environment variables.
+#![cfg(target_arch = "wasm32")]
+
+use futures_util::future::join;
+use gloo_net::http::Request;
+use serde_json::{json, Value};
+use ternflow::clock::BrowserClock;
+use ternflow::engine_port::LocalEngine;
+use ternflow::http::HttpClient;
+use ternflow::idb::IdbCache;
+use ternflow::worker::{browser_pipeline, Browser};
+use ternflow_core::breaker::BreakerState;
+use ternflow_core::job::JobOutcome;
+use ternflow_core::keys::cache_key;
+use ternflow_core::messages::ServerOptions;
+use ternflow_core::metrics::names;
+use ternflow_core::ports::{Clock, Embedder, JobSource, Locks, PutOutcome, RemoteCache};
+use ternflow_core::protocol::{CachePut, ClaimedJob, ResultSource, Vector};
+use ternflow_core::retry::Backoff;
+use ternflow_core::{Config, Error, Pipeline};
+use wasm_bindgen_test::*;
+
+wasm_bindgen_test_configure!(run_in_dedicated_worker);
+
+const SERVER: Option<&str> = option_env!("TERNFLOW_TEST_SERVER");
+const TOKEN: Option<&str> = option_env!("TERNFLOW_TEST_TOKEN");
+/// The model the test server is started with (`scripts/test.sh` passes the same file).
+const MODEL: &[u8] = include_bytes!("../crates/engine/tests/data/ref_tiny_ternary.tern");
+const DEAD: &str = "http://127.0.0.1:9";
+
+fn server() -> ServerOptions {
+    ServerOptions {
+        url: SERVER
+            .expect("run through scripts/test.sh (TERNFLOW_TEST_SERVER unset)")
+            .into(),
+        token: TOKEN.expect("TERNFLOW_TEST_TOKEN unset").into(),
+    }
+}
+
+/// A unique suffix so tests sharing one server never collide.
+fn uniq(tag: &str) -> String {
+    format!(
+        "{tag}-{}-{}",
+        js_sys::Date::now(),
+        (js_sys::Math::random() * 1e9) as u64
+    )
+}
+
+fn engine() -> LocalEngine {
+    let e = LocalEngine::new();
+    e.load(MODEL).expect("test model loads");
+    e
+}
+
+async fn pipeline(tag: &str, cfg: Config) -> Pipeline<Browser> {
+    pipeline_with(tag, cfg, engine(), 1_000).await
+}
+
+async fn pipeline_with(
+    tag: &str,
+    cfg: Config,
+    e: LocalEngine,
+    max_local: u32,
+) -> Pipeline<Browser> {
+    let db = format!("ternflow-test-{tag}");
+    IdbCache::delete(&db).await.expect("clean db");
+    let cfg = Config {
+        worker_id: format!("browser-{tag}"),
+        ..cfg
+    };
+    browser_pipeline(Some(&server()), e, cfg, &db, max_local)
+        .await
+        .expect("pipeline")
+}
+
+async fn api(method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let s = server();
+    let url = format!("{}{}", s.url, path);
+    let rb = match method {
+        "GET" => Request::get(&url),
+        "POST" => Request::post(&url),
+        "PUT" => Request::put(&url),
+        _ => Request::delete(&url),
+    }
+    .header("authorization", &format!("Bearer {}", s.token));
+    let resp = match body {
+        Some(b) => rb.json(&b).unwrap().send().await,
+        None => rb.send().await,
+    }
+    .expect("server reachable");
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+async fn enqueue(texts: &[String]) -> Vec<String> {
+    let jobs: Vec<Value> = texts.iter().map(|t| json!({ "text": t })).collect();
+    let (status, body) = api("POST", "/v1/jobs", Some(json!({ "jobs": jobs }))).await;
+    assert!(status == 200 || status == 201, "enqueue: {status} {body}");
+    body["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn job_state(id: &str) -> Value {
+    api("GET", &format!("/v1/jobs/{id}"), None).await.1
+}
+
+async fn sleep(ms: u64) {
+    BrowserClock.sleep(ms).await;
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let nb: f32 = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (na * nb)
+}
+
+/// Runs the queue loop until `done` says so (checked every 100 ms), then stops it.
+async fn run_until(
+    p: &Pipeline<Browser>,
+    mut done: impl FnMut() -> futures_util::future::LocalBoxFuture<'static, bool>,
+) {
+    let wake = ternflow::sse::SseWakeups::open(&server().url, &server().token, |_| {});
+    let stopper = async {
+        for _ in 0..300 {
+            if done().await {
+                break;
+            }
+            sleep(100).await;
+        }
+        p.stop.stop(BrowserClock.now_ms() + 5_000);
+    };
+    join(p.run_queue(&wake), stopper).await;
+}
+
+#[wasm_bindgen_test]
+async fn miss_then_local_hit_then_remote_hit_in_another_worker() {
+    let text = uniq("three levels");
+    let a = pipeline(&uniq("a"), Config::default()).await;
+    let r1 = a.resolve(&text, None, "").await.unwrap();
+    assert_eq!(r1.source, ResultSource::Engine);
+    let t0 = BrowserClock.now_ms();
+    let r2 = a.resolve(&text, None, "").await.unwrap();
+    assert_eq!(r2.source, ResultSource::Local);
+    assert_eq!(r2.vector, r1.vector);
+    let _local_ms = BrowserClock.now_ms() - t0;
+
+    let b = pipeline(&uniq("b"), Config::default()).await;
+    let r3 = b.resolve(&text, None, "").await.unwrap();
+    assert_eq!(r3.source, ResultSource::Remote);
+    assert_eq!(r3.vector, r1.vector);
+    assert_eq!(b.metrics.counter(names::ENGINE_EMBEDS), 0);
+}
+
+#[wasm_bindgen_test]
+async fn two_workers_on_one_key_embed_once() {
+    let text = uniq("single flight");
+    let a = pipeline(&uniq("sf-a"), Config::default()).await;
+    let b = pipeline(&uniq("sf-b"), Config::default()).await;
+    let (ra, rb) = join(a.resolve(&text, None, ""), b.resolve(&text, None, "")).await;
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert_eq!(ra.vector, rb.vector);
+    let embeds = a.metrics.counter(names::ENGINE_EMBEDS) + b.metrics.counter(names::ENGINE_EMBEDS);
+    assert_eq!(embeds, 1, "sources: {:?} {:?}", ra.source, rb.source);
+}
+
+#[wasm_bindgen_test]
+async fn queue_jobs_are_done_with_engine_vectors() {
+    let texts: Vec<String> = (0..6).map(|i| uniq(&format!("queued {i}"))).collect();
+    let ids = enqueue(&texts).await;
+    let p = pipeline(
+        &uniq("q"),
+        Config {
+            concurrency: 3,
+            ..Config::default()
+        },
+    )
+    .await;
+    let check = ids.clone();
+    run_until(&p, move || {
+        let check = check.clone();
+        Box::pin(async move {
+            for id in &check {
+                if job_state(id).await["state"] != "done" {
+                    return false;
+                }
+            }
+            true
+        })
+    })
+    .await;
+    let e = engine();
+    for (id, text) in ids.iter().zip(&texts) {
+        let st = job_state(id).await;
+        assert_eq!(st["state"], "done", "{st}");
+        let v =
+            ternflow_core::codec::decode_vector(st["result"]["vector"].as_str().unwrap()).unwrap();
+        let want = e.with(|en| en.embed(text)).unwrap();
+        assert!(cosine(&v, &want) > 0.9999);
+    }
+    assert!(p.metrics.counter(names::JOBS_DONE) >= 6);
+}
+
+#[wasm_bindgen_test]
+async fn server_unreachable_for_a_while_then_back_loses_nothing() {
+    let text = uniq("outage");
+    let ids = enqueue(std::slice::from_ref(&text)).await;
+    let p = pipeline(
+        &uniq("outage"),
+        Config {
+            retry: Backoff {
+                base_ms: 100,
+                max_ms: 400,
+                max_attempts: 20,
+            },
+            ..Config::default()
+        },
+    )
+    .await;
+    let job = claim_one(&p, &ids[0]).await;
+    p.source.set_base(Some(DEAD)); // the network goes away mid-job
+    let healer = async {
+        sleep(800).await;
+        p.source.set_base(Some(&server().url));
+    };
+    let (outcome, ()) = join(p.run_job(&job), healer).await;
+    assert!(matches!(outcome, JobOutcome::Done(_)), "{outcome:?}");
+    assert!(p.metrics.counter(names::RETRIES) >= 1);
+    assert_eq!(job_state(&ids[0]).await["state"], "done");
+}
+
+async fn claim_one(p: &Pipeline<Browser>, id: &str) -> ClaimedJob {
+    for _ in 0..50 {
+        let jobs = p.source.claim(10, 500).await.unwrap();
+        let mut mine = None;
+        for j in jobs {
+            if j.id == id {
+                mine = Some(j);
+            } else {
+                // Not ours (another test's): hand it back at once.
+                let n = ternflow_core::protocol::NackRequest {
+                    token: j.lease.token.clone(),
+                    error: ternflow_core::protocol::JobError {
+                        code: "not_mine".into(),
+                        message: String::new(),
+                        retryable: true,
+                    },
+                };
+                let _ = p.source.nack(&j.id, &n, "").await;
+            }
+        }
+        if let Some(j) = mine {
+            return j;
+        }
+    }
+    panic!("job {id} never claimed");
+}
+
+#[wasm_bindgen_test]
+async fn lease_lost_mid_job_then_redelivered_and_done() {
+    let text = uniq("lease");
+    let ids = enqueue(std::slice::from_ref(&text)).await;
+    let p = pipeline(&uniq("lease"), Config::default()).await;
+    let job = claim_one(&p, &ids[0]).await;
+    // Let the lease run out (the test server leases for 1.5 s) without heartbeats.
+    let wait = job.lease.expires_at.saturating_sub(BrowserClock.now_ms()) + 300;
+    sleep(wait).await;
+    // Someone else claims it now (redelivery after the visibility timeout).
+    let other = pipeline(&uniq("lease-b"), Config::default()).await;
+    let again = claim_one(&other, &ids[0]).await;
+    assert!(again.attempt >= 2);
+    assert!(again.lease.fence > job.lease.fence);
+    // The first worker finishes late: its ack is refused and it lets go.
+    assert_eq!(p.run_job(&job).await, JobOutcome::LeaseLost);
+    // The second worker finds the vector the first one wrote through to the remote cache.
+    assert_eq!(
+        other.run_job(&again).await,
+        JobOutcome::Done(ResultSource::Remote)
+    );
+    assert_eq!(job_state(&ids[0]).await["state"], "done");
+}
+
+#[wasm_bindgen_test]
+async fn engine_failure_falls_back_to_the_backend() {
+    let e = engine();
+    let p = pipeline_with(&uniq("fallback"), Config::default(), e.clone(), 100).await;
+    e.set_failing(true);
+    let text = uniq("fallback text");
+    let r = p.resolve(&text, None, "").await.unwrap();
+    assert_eq!(r.source, ResultSource::Backend);
+    e.set_failing(false);
+    let local = e.with(|en| en.embed(&text)).unwrap();
+    assert!(
+        cosine(&r.vector, &local) > 0.9999,
+        "same model natively on the server"
+    );
+    assert_eq!(p.metrics.counter(names::ENGINE_ERRORS), 1);
+    assert_eq!(p.backend.model_id().as_deref(), e.model_id().as_deref());
+}
+
+#[wasm_bindgen_test]
+async fn backend_breaker_opens_and_half_opens() {
+    let e = engine();
+    let cfg = Config {
+        backend_breaker_failures: 2,
+        breaker_open_ms: 400,
+        ..Config::default()
+    };
+    let p = pipeline_with(&uniq("breaker"), cfg, e.clone(), 100).await;
+    e.set_failing(true);
+    p.source.set_base(Some(DEAD));
+    for i in 0..2 {
+        let err = p
+            .resolve(&uniq(&format!("b{i}")), None, "")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Unreachable(_)), "{err}");
+    }
+    assert_eq!(p.breakers().1, BreakerState::Open);
+    let calls = p.metrics.counter(names::BACKEND_CALLS);
+    let err = p.resolve(&uniq("b2"), None, "").await.unwrap_err();
+    assert!(matches!(err, Error::BackendUnavailable(_)), "{err}");
+    assert_eq!(
+        p.metrics.counter(names::BACKEND_CALLS),
+        calls,
+        "refused without a call"
+    );
+    sleep(450).await;
+    assert_eq!(p.breakers().1, BreakerState::HalfOpen);
+    p.source.set_base(Some(&server().url));
+    let r = p.resolve(&uniq("b3"), None, "").await.unwrap();
+    assert_eq!(r.source, ResultSource::Backend);
+    assert_eq!(p.breakers().1, BreakerState::Closed);
+}
+
+#[wasm_bindgen_test]
+async fn bad_payload_is_dead_lettered_with_its_reason() {
+    let text = format!("{} {}", uniq("too long"), "x".repeat(300));
+    let ids = enqueue(std::slice::from_ref(&text)).await;
+    let p = pipeline(
+        &uniq("dlq"),
+        Config {
+            max_text_bytes: 200,
+            ..Config::default()
+        },
+    )
+    .await;
+    let job = claim_one(&p, &ids[0]).await;
+    assert_eq!(
+        p.run_job(&job).await,
+        JobOutcome::Dead("text_too_long".into())
+    );
+    let st = job_state(&ids[0]).await;
+    assert_eq!(st["state"], "dead", "{st}");
+    assert_eq!(st["error"]["code"], "text_too_long");
+    let (_, dlq) = api("GET", "/v1/dlq?limit=1000", None).await;
+    let entry = dlq["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["job"]["id"] == ids[0].as_str())
+        .expect("in the dead-letter queue");
+    assert!(entry["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("limit is 200"));
+}
+
+#[wasm_bindgen_test]
+async fn local_ttl_expiry_falls_through_to_the_remote_cache() {
+    let p = pipeline(
+        &uniq("ttl"),
+        Config {
+            local_ttl_ms: 100,
+            ttl_jitter: 0.0,
+            ..Config::default()
+        },
+    )
+    .await;
+    let text = uniq("ttl text");
+    assert_eq!(
+        p.resolve(&text, None, "").await.unwrap().source,
+        ResultSource::Engine
+    );
+    assert_eq!(
+        p.resolve(&text, None, "").await.unwrap().source,
+        ResultSource::Local
+    );
+    sleep(150).await;
+    assert_eq!(
+        p.resolve(&text, None, "").await.unwrap().source,
+        ResultSource::Remote
+    );
+}
+
+#[wasm_bindgen_test]
+async fn local_cache_evicts_at_its_size_bound() {
+    let p = pipeline_with(&uniq("evict"), Config::default(), engine(), 3).await;
+    let texts: Vec<String> = (0..5).map(|i| uniq(&format!("evict {i}"))).collect();
+    for t in &texts {
+        p.resolve(t, None, "").await.unwrap();
+        sleep(5).await;
+    }
+    assert_eq!(p.local.count().await.unwrap(), 3);
+    assert_eq!(p.local.evicted(), 2);
+    // The oldest went; reading it again comes from the remote cache.
+    assert_eq!(
+        p.resolve(&texts[0], None, "").await.unwrap().source,
+        ResultSource::Remote
+    );
+    assert_eq!(
+        p.resolve(&texts[4], None, "").await.unwrap().source,
+        ResultSource::Local
+    );
+}
+
+#[wasm_bindgen_test]
+async fn fenced_cache_put_with_an_older_fence_is_refused_with_the_newer_entry() {
+    let s = server();
+    let client = HttpClient::new(Some(&s.url), &s.token, "fence-test");
+    let e = engine();
+    let model = e.model_id().unwrap();
+    let key = cache_key(&model, &uniq("fenced"));
+    let first = client
+        .acquire(&key, 100, "")
+        .await
+        .unwrap()
+        .expect("free lock");
+    sleep(150).await; // the first holder stalls past its TTL
+    let second = client
+        .acquire(&key, 5_000, "")
+        .await
+        .unwrap()
+        .expect("expired lock");
+    assert!(second.fence > first.fence);
+    let newer = CachePut {
+        model_id: model.clone(),
+        vector: Vector(vec![0.5, 0.5]),
+        fence: second.fence,
+        ttl_ms: None,
+    };
+    assert_eq!(
+        RemoteCache::put(&client, &key, &newer, "").await.unwrap(),
+        PutOutcome::Stored
+    );
+    let stale = CachePut {
+        vector: Vector(vec![1.0, 0.0]),
+        fence: first.fence,
+        ..newer
+    };
+    match RemoteCache::put(&client, &key, &stale, "").await.unwrap() {
+        PutOutcome::Conflict(entry) => {
+            assert_eq!(entry.fence, second.fence);
+            assert_eq!(entry.vector.0, vec![0.5, 0.5]);
+        }
+        other => panic!("stale fence accepted: {other:?}"),
+    }
+    client.release(&key, &second.token, "").await.unwrap();
+}
