@@ -74,8 +74,32 @@ fn json_value() -> impl Strategy<Value = Value> {
     })
 }
 
-fn check(route: usize, body: Vec<u8>, rt: &tokio::runtime::Runtime) -> Result<(), TestCaseError> {
+fn check(
+    route: usize,
+    segment: &str,
+    body: Vec<u8>,
+    rt: &tokio::runtime::Runtime,
+) -> Result<(), TestCaseError> {
     let (method, path) = ROUTES[route % ROUTES.len()];
+    // Replace the id/key segment with an arbitrary (percent-encoded) one.
+    let path = if segment.is_empty() {
+        path.to_owned()
+    } else {
+        let enc: String = segment
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect();
+        path.replace("j1", &enc)
+            .replace("m:k", &enc)
+            .replace("/k", &format!("/{enc}"))
+    };
+    let path = path.as_str();
     let r = rt.block_on(async {
         let (state, _) = common::state_with(ternflow_server::Config {
             max_wait_ms: 0,
@@ -112,14 +136,18 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
 
     #[test]
-    fn arbitrary_bytes_never_500(route in 0usize..64, body in prop::collection::vec(any::<u8>(), 0..256)) {
+    fn arbitrary_bytes_never_500(
+        route in 0usize..64,
+        segment in prop_oneof![Just(String::new()), ".{0,250}"],
+        body in prop::collection::vec(any::<u8>(), 0..256),
+    ) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        check(route, body, &rt)?;
+        check(route, &segment, body, &rt)?;
     }
 
     #[test]
     fn arbitrary_json_never_500(route in 0usize..64, v in json_value()) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        check(route, serde_json::to_vec(&v).unwrap(), &rt)?;
+        check(route, "", serde_json::to_vec(&v).unwrap(), &rt)?;
     }
 }
