@@ -1,5 +1,6 @@
 //! wasm32 `simd128` kernel: weights widened on load (`i16x8.load8x8_s`), products summed in pairs
-//! (`i32x4.dot_i16x8_s`), four tokens per weight load.
+//! (`i32x4.dot_i16x8_s`). Register blocks of 2 weight rows × 4 tokens: each 8-weight load serves
+//! four tokens and each activation load two rows (22 instructions per 64 multiply-adds).
 
 use core::arch::wasm32::{
     i16x8_load_extend_i8x8, i32x4_add, i32x4_dot_i16x8, i32x4_extract_lane, i32x4_splat, v128,
@@ -14,8 +15,70 @@ fn hsum(v: v128) -> i32 {
         .wrapping_add(i32x4_extract_lane::<3>(v))
 }
 
-/// See [`crate::kernels`]. The caller ([`crate::kernels::Kernel::matmul`]) has checked that
-/// `stride % 32 == 0` and that every slice holds the shape.
+/// One `R` rows × `T` tokens block starting at row `r0`, token `t0`.
+///
+/// # Safety
+/// `r0 + R <= rows`, `t0 + T <= n_tokens`, `stride % 8 == 0`, and `w`/`q` hold
+/// `rows × stride` / `n_tokens × stride` elements.
+#[inline(always)]
+unsafe fn block<const R: usize, const T: usize>(
+    w: &[i8],
+    q: &[i16],
+    stride: usize,
+    rows: usize,
+    r0: usize,
+    t0: usize,
+    acc: &mut [i32],
+) {
+    let wp = w.as_ptr();
+    let qp = q.as_ptr();
+    let mut a = [[i32x4_splat(0); T]; R];
+    let mut k = 0;
+    while k < stride {
+        let mut wv = [i32x4_splat(0); R];
+        for (i, wi) in wv.iter_mut().enumerate() {
+            // SAFETY: (r0 + i) < rows and k + 8 <= stride (caller's contract).
+            *wi = unsafe { i16x8_load_extend_i8x8(wp.add((r0 + i) * stride + k)) };
+        }
+        for j in 0..T {
+            // SAFETY: (t0 + j) < n_tokens and k + 8 <= stride.
+            let qv = unsafe { v128_load(qp.add((t0 + j) * stride + k).cast()) };
+            for i in 0..R {
+                a[i][j] = i32x4_add(a[i][j], i32x4_dot_i16x8(wv[i], qv));
+            }
+        }
+        k += 8;
+    }
+    for (i, ai) in a.iter().enumerate() {
+        for (j, &v) in ai.iter().enumerate() {
+            acc[(t0 + j) * rows + r0 + i] = hsum(v);
+        }
+    }
+}
+
+/// All rows for tokens `t0..t0 + T`.
+#[inline(always)]
+fn tokens<const T: usize>(
+    w: &[i8],
+    q: &[i16],
+    stride: usize,
+    rows: usize,
+    t0: usize,
+    acc: &mut [i32],
+) {
+    let mut r = 0;
+    while r + 2 <= rows {
+        // SAFETY: r + 2 <= rows, t0 + T <= n_tokens (checked by `matmul`'s loop and assert).
+        unsafe { block::<2, T>(w, q, stride, rows, r, t0, acc) };
+        r += 2;
+    }
+    if r < rows {
+        // SAFETY: r < rows.
+        unsafe { block::<1, T>(w, q, stride, rows, r, t0, acc) };
+    }
+}
+
+/// See [`crate::kernels`].
 pub fn matmul(w: &[i8], rows: usize, q: &[i16], n_tokens: usize, stride: usize, acc: &mut [i32]) {
     assert!(
         stride % 8 == 0
@@ -23,56 +86,15 @@ pub fn matmul(w: &[i8], rows: usize, q: &[i16], n_tokens: usize, stride: usize, 
             && q.len() >= n_tokens * stride
             && acc.len() >= n_tokens * rows
     );
-    let wp = w.as_ptr();
-    let qp = q.as_ptr();
     let mut t = 0;
     while t + 4 <= n_tokens {
-        // SAFETY (all loads below): r < rows, t + 3 < n_tokens and k + 8 <= stride, so every
-        // 8-byte weight load and 16-byte activation load lies inside the slices checked above.
-        for r in 0..rows {
-            let (mut a0, mut a1, mut a2, mut a3) = (
-                i32x4_splat(0),
-                i32x4_splat(0),
-                i32x4_splat(0),
-                i32x4_splat(0),
-            );
-            let mut k = 0;
-            while k < stride {
-                unsafe {
-                    let wv = i16x8_load_extend_i8x8(wp.add(r * stride + k));
-                    let q0 = v128_load(qp.add(t * stride + k).cast());
-                    let q1 = v128_load(qp.add((t + 1) * stride + k).cast());
-                    let q2 = v128_load(qp.add((t + 2) * stride + k).cast());
-                    let q3 = v128_load(qp.add((t + 3) * stride + k).cast());
-                    a0 = i32x4_add(a0, i32x4_dot_i16x8(wv, q0));
-                    a1 = i32x4_add(a1, i32x4_dot_i16x8(wv, q1));
-                    a2 = i32x4_add(a2, i32x4_dot_i16x8(wv, q2));
-                    a3 = i32x4_add(a3, i32x4_dot_i16x8(wv, q3));
-                }
-                k += 8;
-            }
-            acc[t * rows + r] = hsum(a0);
-            acc[(t + 1) * rows + r] = hsum(a1);
-            acc[(t + 2) * rows + r] = hsum(a2);
-            acc[(t + 3) * rows + r] = hsum(a3);
-        }
+        tokens::<4>(w, q, stride, rows, t, acc);
         t += 4;
     }
-    while t < n_tokens {
-        for r in 0..rows {
-            let mut a0 = i32x4_splat(0);
-            let mut k = 0;
-            while k < stride {
-                // SAFETY: as above, with t < n_tokens.
-                unsafe {
-                    let wv = i16x8_load_extend_i8x8(wp.add(r * stride + k));
-                    let q0 = v128_load(qp.add(t * stride + k).cast());
-                    a0 = i32x4_add(a0, i32x4_dot_i16x8(wv, q0));
-                }
-                k += 8;
-            }
-            acc[t * rows + r] = hsum(a0);
-        }
-        t += 1;
+    match n_tokens - t {
+        3 => tokens::<3>(w, q, stride, rows, t, acc),
+        2 => tokens::<2>(w, q, stride, rows, t, acc),
+        1 => tokens::<1>(w, q, stride, rows, t, acc),
+        _ => {}
     }
 }
