@@ -9,20 +9,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// Why a vector could not be decoded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum DecodeError {
-    /// The text is not valid base64.
-    #[error("vector is not valid base64: {0}")]
-    Base64(String),
-    /// The decoded byte length is not a multiple of 4.
-    #[error("vector byte length {0} is not a multiple of 4")]
-    Length(usize),
-    /// A component is NaN or infinite.
-    #[error("vector component {0} is not finite")]
-    NotFinite(usize),
-}
+use crate::error::{Error, Result};
 
 /// Encodes `v` as base64 of its little-endian bytes.
 pub fn encode_vector(v: &[f32]) -> String {
@@ -36,21 +23,26 @@ pub fn encode_vector(v: &[f32]) -> String {
 /// Decodes the output of [`encode_vector`].
 ///
 /// # Errors
-/// [`DecodeError`] when the text is not base64, its length is not whole `f32`s, or a component is
-/// not finite (a vector that would poison every similarity computed from it).
-pub fn decode_vector(s: &str) -> Result<Vec<f32>, DecodeError> {
+/// [`Error::Protocol`] (permanent) when the text is not base64, its length is not whole `f32`s,
+/// or a component is not finite (a vector that would poison every similarity computed from it).
+pub fn decode_vector(s: &str) -> Result<Vec<f32>> {
     let bytes = STANDARD
         .decode(s.as_bytes())
-        .map_err(|e| DecodeError::Base64(e.to_string()))?;
+        .map_err(|e| Error::Protocol(format!("vector is not valid base64: {e}")))?;
     if bytes.len() % 4 != 0 {
-        return Err(DecodeError::Length(bytes.len()));
+        return Err(Error::Protocol(format!(
+            "vector byte length {} is not a multiple of 4",
+            bytes.len()
+        )));
     }
     let v: Vec<f32> = bytes
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
     if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-        return Err(DecodeError::NotFinite(i));
+        return Err(Error::Protocol(format!(
+            "vector component {i} is not finite"
+        )));
     }
     Ok(v)
 }
@@ -66,13 +58,13 @@ impl From<Vec<f32>> for Vector {
 }
 
 impl Serialize for Vector {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         s.serialize_str(&encode_vector(&self.0))
     }
 }
 
 impl<'de> Deserialize<'de> for Vector {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let s = String::deserialize(d)?;
         decode_vector(&s)
             .map(Vector)
@@ -104,10 +96,12 @@ mod tests {
 
     #[test]
     fn rejects_bad_input() {
-        assert!(matches!(decode_vector("!!"), Err(DecodeError::Base64(_))));
-        assert!(matches!(decode_vector("AAA="), Err(DecodeError::Length(2))));
+        let msg = |s: &str| decode_vector(s).unwrap_err().to_string();
+        assert!(msg("!!").contains("not valid base64"));
+        assert!(msg("AAA=").contains("byte length 2"));
         let nan = encode_vector(&[1.0, f32::NAN]);
-        assert_eq!(decode_vector(&nan), Err(DecodeError::NotFinite(1)));
+        assert!(msg(&nan).contains("component 1 is not finite"));
+        assert!(matches!(decode_vector("!!"), Err(Error::Protocol(_))));
     }
 
     #[test]
