@@ -24,6 +24,7 @@ fn hsum(v: __m256i) -> i32 {
 /// `rows × stride` / `n_tokens × stride` elements.
 #[inline]
 #[target_feature(enable = "avx2")]
+#[allow(clippy::needless_range_loop)] // a[i][j]: the 2-D register block reads best indexed
 unsafe fn block<const R: usize, const T: usize>(
     w: &[i8],
     q: &[i16],

@@ -21,6 +21,7 @@ fn hsum(v: v128) -> i32 {
 /// `r0 + R <= rows`, `t0 + T <= n_tokens`, `stride % 8 == 0`, and `w`/`q` hold
 /// `rows × stride` / `n_tokens × stride` elements.
 #[inline(always)]
+#[allow(clippy::needless_range_loop)] // a[i][j]: the 2-D register block reads best indexed
 unsafe fn block<const R: usize, const T: usize>(
     w: &[i8],
     q: &[i16],
