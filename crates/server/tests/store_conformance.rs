@@ -99,3 +99,53 @@ async fn embedded_survives_reopen_and_keeps_fences_growing() {
     assert_eq!(c.jobs.len(), 2, "c, and b after its lease expired");
     assert!(c.jobs.iter().all(|j| j.lease.fence > last_fence));
 }
+
+#[tokio::test]
+async fn embedded_done_retention_forgets_finished_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = EmbeddedStore::open(dir.path(), Fsync::Never)
+            .unwrap()
+            .with_done_retention(1_000);
+        s.enqueue(vec![job("a"), job("b")], 10).await.unwrap();
+        let c = s.claim("w", 1, 60_000, 5, 10).await.unwrap();
+        s.ack("a", &c.jobs[0].lease.token, result(), 100)
+            .await
+            .unwrap();
+        s.claim("w", 0, 60_000, 5, 1_099).await.unwrap();
+        assert!(
+            s.status("a").await.unwrap().is_some(),
+            "kept for the retention"
+        );
+        s.claim("w", 0, 60_000, 5, 1_100).await.unwrap();
+        assert!(s.status("a").await.unwrap().is_none(), "forgotten after it");
+        assert!(
+            s.status("b").await.unwrap().is_some(),
+            "unfinished jobs stay"
+        );
+    }
+    let s = EmbeddedStore::open(dir.path(), Fsync::Never).unwrap();
+    assert!(
+        s.status("a").await.unwrap().is_none(),
+        "forgetting is journaled"
+    );
+    assert!(s.enqueue(vec![job("a")], 2_000).await.unwrap()[0].new);
+}
+
+#[tokio::test]
+async fn redis_done_retention_forgets_finished_jobs() {
+    let redis = common::RedisServer::start();
+    let s = RedisStore::connect(&redis.url(), "ret")
+        .await
+        .unwrap()
+        .with_done_retention(200);
+    s.enqueue(vec![job("a")], 10).await.unwrap();
+    let c = s.claim("w", 1, 60_000, 5, 10).await.unwrap();
+    s.ack("a", &c.jobs[0].lease.token, result(), 10)
+        .await
+        .unwrap();
+    assert!(s.status("a").await.unwrap().is_some());
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    assert!(s.status("a").await.unwrap().is_none());
+    assert!(s.enqueue(vec![job("a")], 10).await.unwrap()[0].new);
+}

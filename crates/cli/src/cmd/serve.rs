@@ -52,6 +52,10 @@ pub struct Args {
     /// Deliveries before a job is dead-lettered.
     #[arg(long, default_value_t = 5)]
     pub max_attempts: u32,
+    /// Forget finished jobs this many seconds after their ack (their ids may then be enqueued
+    /// again). Default: keep them, so duplicates of a done job collapse forever.
+    #[arg(long, value_name = "SECS")]
+    pub done_retention_secs: Option<u64>,
 }
 
 fn tokens(args: &Args) -> Result<Tokens, Box<dyn std::error::Error>> {
@@ -108,9 +112,17 @@ pub fn run(args: Args) -> CmdResult {
             } else {
                 Fsync::Never
             };
-            Arc::new(EmbeddedStore::open(&args.data_dir, fsync)?)
+            let mut s = EmbeddedStore::open(&args.data_dir, fsync)?;
+            if let Some(secs) = args.done_retention_secs {
+                s = s.with_done_retention(secs.saturating_mul(1_000));
+            }
+            Arc::new(s)
         } else if args.store.starts_with("redis://") || args.store.starts_with("rediss://") {
-            Arc::new(RedisStore::connect(&args.store, &args.redis_prefix).await?)
+            let mut s = RedisStore::connect(&args.store, &args.redis_prefix).await?;
+            if let Some(secs) = args.done_retention_secs {
+                s = s.with_done_retention(secs.saturating_mul(1_000));
+            }
+            Arc::new(s)
         } else {
             return Err(format!("--store must be `embedded` or a redis:// URL, not {:?}", args.store).into());
         };

@@ -83,6 +83,8 @@ enum St {
     Done {
         result: JobResult,
         token: String,
+        #[serde(default)]
+        done_at: u64,
     },
     Dead {
         error: JobError,
@@ -102,6 +104,9 @@ enum Rec {
     },
     Fence {
         ceiling: u64,
+    },
+    Forget {
+        id: String,
     },
 }
 
@@ -142,6 +147,8 @@ struct Inner {
     delayed: BTreeSet<(u64, u64, String)>,
     leased: BTreeSet<(u64, String)>,
     dead: BTreeSet<(u64, u64, String)>,
+    done: BTreeSet<(u64, String)>,
+    done_retention_ms: Option<u64>,
     cache: HashMap<String, CacheEntry>,
     locks: HashMap<String, LockGrant>,
     seq: u64,
@@ -167,7 +174,9 @@ impl Inner {
             St::Dead { dead_at, .. } => {
                 self.dead.remove(&(*dead_at, j.seq, j.id.clone()));
             }
-            St::Done { .. } => {}
+            St::Done { done_at, .. } => {
+                self.done.remove(&(*done_at, j.id.clone()));
+            }
         }
     }
 
@@ -186,7 +195,26 @@ impl Inner {
             St::Dead { dead_at, .. } => {
                 self.dead.insert((*dead_at, j.seq, j.id.clone()));
             }
-            St::Done { .. } => {}
+            St::Done { done_at, .. } => {
+                self.done.insert((*done_at, j.id.clone()));
+            }
+        }
+    }
+
+    /// Forgets finished jobs older than the retention (their ids may be enqueued again).
+    fn sweep_done(&mut self, now: u64) {
+        let Some(keep) = self.done_retention_ms else {
+            return;
+        };
+        while let Some((at, id)) = self.done.first().cloned() {
+            if at.saturating_add(keep) > now {
+                break;
+            }
+            self.done.pop_first();
+            self.jobs.remove(&id);
+            if self.journal.is_some() {
+                self.pending.push(Rec::Forget { id });
+            }
         }
     }
 
@@ -380,6 +408,11 @@ impl EmbeddedStore {
                         }
                     },
                     Rec::Fence { ceiling } => inner.fence = inner.fence.max(ceiling),
+                    Rec::Forget { id } => {
+                        if let Some(old) = inner.jobs.remove(&id) {
+                            inner.unindex(&old);
+                        }
+                    }
                 }
             }
         }
@@ -399,6 +432,14 @@ impl EmbeddedStore {
         });
         inner.compact().map_err(|e| io("compact journal", e))?;
         Ok(Self::with_inner(inner))
+    }
+
+    /// Forgets finished jobs `ms` after their ack (checked at each claim), so the store does not
+    /// grow without bound; a forgotten id may be enqueued again. Default: keep them forever
+    /// (duplicates of a done job collapse forever).
+    pub fn with_done_retention(self, ms: u64) -> Self {
+        self.lock().done_retention_ms = Some(ms);
+        self
     }
 
     fn with_inner(inner: Inner) -> Self {
@@ -496,6 +537,7 @@ impl Store for EmbeddedStore {
     ) -> Result<Claimed> {
         let mut g = self.lock();
         let mut out = Claimed::default();
+        g.sweep_done(now);
         // Due delayed jobs become ready.
         while let Some((at, _, id)) = g.delayed.first().cloned() {
             if at > now {
@@ -591,7 +633,7 @@ impl Store for EmbeddedStore {
         Ok(Some(lease))
     }
 
-    async fn ack(&self, id: &str, token: &str, result: JobResult, _now: u64) -> Result<AckOutcome> {
+    async fn ack(&self, id: &str, token: &str, result: JobResult, now: u64) -> Result<AckOutcome> {
         let mut g = self.lock();
         let Some(mut j) = g.jobs.get(id).cloned() else {
             return Ok(AckOutcome::Missing);
@@ -604,6 +646,7 @@ impl Store for EmbeddedStore {
         j.state = St::Done {
             result,
             token: token.to_owned(),
+            done_at: now,
         };
         g.put_job(j);
         g.commit()?;

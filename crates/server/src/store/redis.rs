@@ -167,6 +167,10 @@ if h[1] == 'leased' and h[2] == token then
   redis.call('HSET', k, 'state', 'done', 'result', ARGV[4], 'done_token', token)
   redis.call('HDEL', k, 'token', 'expires_at')
   redis.call('ZREM', p..':leased', id)
+  if ARGV[5] ~= '' then
+    redis.call('PEXPIRE', k, ARGV[5])
+    redis.call('PEXPIRE', p..':hist:'..id, ARGV[5])
+  end
   return 1
 elseif h[1] == 'done' and h[3] == token then
   return 2
@@ -310,6 +314,7 @@ pub struct RedisStore {
     scripts: Scripts,
     events: broadcast::Sender<NumberedEvent>,
     subscriber: JoinHandle<()>,
+    done_retention_ms: Option<u64>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -390,7 +395,15 @@ impl RedisStore {
             scripts: Scripts::new(),
             events,
             subscriber,
+            done_retention_ms: None,
         })
+    }
+
+    /// Lets Redis delete finished jobs `ms` after their ack (`PEXPIRE`, Redis' own clock); a
+    /// forgotten id may be enqueued again. Default: keep them forever.
+    pub fn with_done_retention(mut self, ms: u64) -> Self {
+        self.done_retention_ms = Some(ms.max(1));
+        self
     }
 
     fn key(&self, kind: &str, id: &str) -> String {
@@ -543,6 +556,11 @@ impl Store for RedisStore {
             .arg(id)
             .arg(token)
             .arg(result)
+            .arg(
+                self.done_retention_ms
+                    .map(|ms| ms.to_string())
+                    .unwrap_or_default(),
+            )
             .invoke_async(&mut con)
             .await
             .map_err(store_err)?;
