@@ -6,7 +6,7 @@ use crate::retry::Backoff;
 
 /// Pipeline settings. Every field has a default; the JS API passes a partial object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, rename_all = "camelCase")]
 pub struct Config {
     /// Worker name (claims, metrics, attempt history).
     pub worker_id: String,

@@ -10,6 +10,7 @@ use crate::rng::Rng;
 
 /// A retry policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Backoff {
     /// First delay ceiling, ms.
     pub base_ms: u64,

@@ -1,0 +1,143 @@
+// Benchmark of the worker pipeline in headless Chromium, against a real `ternflow serve`.
+// Build first: scripts/build-pkg.sh && cargo build --release -p ternflow-cli
+// Run:         node bench/worker.mjs [--model FILE] [--n 300] [--concurrency 4]
+// Prints: bare-engine vs end-to-end queue throughput with one worker each, a local IndexedDB hit's
+// latency vs a miss's, wasm memory after the model loads, and the cold start.
+import { createServer } from "node:http";
+import { spawn, execFileSync } from "node:child_process";
+import { readFileSync, existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { resolve, extname, normalize, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+
+const root = resolve(fileURLToPath(new URL(".", import.meta.url)), "..");
+const args = { model: null, n: 300, concurrency: 4 };
+for (let i = 2; i < process.argv.length; i++) {
+  const k = process.argv[i];
+  if (k === "--model") args.model = process.argv[++i];
+  else if (k === "--n") args.n = Number(process.argv[++i]);
+  else if (k === "--concurrency") args.concurrency = Number(process.argv[++i]);
+  else throw new Error(`unknown argument ${k}`);
+}
+const bin = resolve(root, "target/release/ternflow");
+const tmp = mkdtempSync(join(tmpdir(), "ternflow-bench-"));
+let model = args.model ?? resolve(root, "models/ternlight-int4.bin");
+if (!existsSync(model)) {
+  model = join(tmp, "d384-int4.bin");
+  execFileSync(bin, ["gen-model", model]);
+  console.error(`bench: no default model; using a generated d384/2-layer/int4 model`);
+}
+
+// Unique short sentences (~15 tokens) so that nothing is a cache hit on the first pass.
+const base = readFileSync(resolve(root, "bench/short.txt"), "utf8").split("\n").filter(Boolean);
+const run = Date.now().toString(36);
+const texts = (tag, n) => Array.from({ length: n }, (_, i) => `${base[i % base.length]} ${tag}${run}${i}`);
+
+const token = `bench-${Math.random().toString(36).slice(2)}`;
+const srvPort = await freePort();
+const server = spawn(bin, ["serve", "--addr", `127.0.0.1:${srvPort}`, "--data-dir", join(tmp, "data"),
+  "--model", model, "--insecure-dev-token", token, "--cors-allow-localhost"], { stdio: ["ignore", "ignore", "inherit"] });
+const api = `http://127.0.0.1:${srvPort}`;
+for (let i = 0; i < 100; i++) {
+  try { if ((await fetch(`${api}/healthz`)).ok) break; } catch {}
+  await new Promise((r) => setTimeout(r, 100));
+}
+
+const page = `<!doctype html><meta charset="utf-8"><script type="module">
+import { EmbeddingWorker } from "/pkg/client.js";
+const cfg = ${JSON.stringify({ api, token, concurrency: args.concurrency })};
+const rawTexts = ${JSON.stringify(texts("raw", args.n))};
+const warm = ${JSON.stringify(texts("warm", 30))};
+const missTexts = ${JSON.stringify(texts("miss", args.n))};
+const queueTexts = ${JSON.stringify(texts("queue", args.n))};
+const median = (a) => { const s = [...a].sort((x, y) => x - y); return s[Math.floor(s.length / 2)]; };
+try {
+  // 1. The bare engine in a worker.
+  const raw = await new Promise((res, rej) => {
+    const w = new Worker("/bench/raw-worker.js", { type: "module" });
+    w.onmessage = (e) => (e.data.error ? rej(new Error(e.data.error)) : res(e.data));
+    w.postMessage({ modelUrl: "/model.bin", texts: rawTexts, warmup: warm });
+  });
+  // 2. The pipeline without a server: IndexedDB miss (embed + write) vs IndexedDB hit.
+  const local = new EmbeddingWorker({ model: { url: "/model.bin" }, dbName: "bench-" + Date.now() });
+  await local.ready;
+  await local.embedMany(warm);
+  const miss = [], hit = [];
+  for (const t of missTexts) { const a = performance.now(); await local.embed(t); miss.push(performance.now() - a); }
+  for (const t of missTexts) { const a = performance.now(); await local.embed(t); hit.push(performance.now() - a); }
+  local.terminate();
+  // 3. End to end through the queue: enqueue, one worker claims, caches, locks, embeds, acks.
+  const auth = { authorization: "Bearer " + cfg.token, "content-type": "application/json" };
+  const q = new EmbeddingWorker({ server: { url: cfg.api, token: cfg.token }, model: { url: "/model.bin" }, dbName: "bench-q-" + Date.now() });
+  await q.ready;
+  await q.embedMany(warm);
+  const r = await fetch(cfg.api + "/v1/jobs", { method: "POST", headers: auth, body: JSON.stringify({ jobs: queueTexts.map((text) => ({ text })) }) });
+  if (!r.ok) throw new Error("enqueue: " + r.status + " " + await r.text());
+  const t0 = performance.now();
+  await q.start({ concurrency: cfg.concurrency });
+  let stats;
+  for (;;) {
+    stats = await q.stats();
+    if ((stats.counters.jobs_done ?? 0) >= queueTexts.length) break;
+    await new Promise((res) => setTimeout(res, 25));
+  }
+  const queueMs = performance.now() - t0;
+  await q.stop({ deadline: 5000 });
+  window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), queueMs, n: queueTexts.length, stats };
+} catch (e) { window.__error = String(e && e.stack || e); }
+</script>`;
+
+const types = { ".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm", ".bin": "application/octet-stream" };
+const http = createServer((req, res) => {
+  const url = new URL(req.url, "http://x");
+  let body, type;
+  if (url.pathname === "/") [body, type] = [page, "text/html"];
+  else if (url.pathname === "/model.bin" || url.pathname === "/pkg/ternlight-int4.bin") [body, type] = [readFileSync(model), types[".bin"]];
+  else {
+    const rel = normalize(decodeURIComponent(url.pathname)).replace(/^\/+/, "");
+    const file = resolve(root, rel);
+    if (!(rel.startsWith("pkg/") || rel.startsWith("bench/")) || !existsSync(file)) { res.writeHead(404).end(); return; }
+    [body, type] = [readFileSync(file), types[extname(file)] ?? "application/octet-stream"];
+  }
+  res.writeHead(200, { "Content-Type": type, "Cache-Control": "no-store" });
+  res.end(body);
+});
+await new Promise((r) => http.listen(0, "127.0.0.1", r));
+
+const browser = await chromium.launch({
+  executablePath: "/usr/bin/chromium",
+  args: ["--no-sandbox", "--headless=new", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"],
+});
+try {
+  const tab = await browser.newPage();
+  tab.on("console", (m) => console.error(`[page] ${m.text()}`));
+  await tab.goto(`http://127.0.0.1:${http.address().port}/`);
+  await tab.waitForFunction(() => window.__result || window.__error, null, { timeout: 600000, polling: 200 });
+  const err = await tab.evaluate(() => window.__error);
+  if (err) throw new Error(err);
+  const r = await tab.evaluate(() => window.__result);
+  const rawRate = (args.n * 1000) / r.raw.ms;
+  const queueRate = (r.n * 1000) / r.queueMs;
+  const g = r.stats.gauges;
+  console.log(`chromium ${browser.version()}, model ${r.raw.modelId}, n=${args.n}, 1 worker, concurrency ${args.concurrency}`);
+  console.log(`bare engine in a worker: ${rawRate.toFixed(1)} embeds/s`);
+  console.log(`end-to-end queue (claim, caches, lock, embed, write-through, ack; 0% hits): ${queueRate.toFixed(1)} jobs/s = ${((100 * queueRate) / rawRate).toFixed(1)}% of bare engine`);
+  console.log(`local IndexedDB hit: median ${r.hitMedian.toFixed(3)} ms; miss (embed + IndexedDB write): median ${r.missMedian.toFixed(3)} ms; miss/hit ${(r.missMedian / r.hitMedian).toFixed(1)}x`);
+  console.log(`wasm memory after model load: ${(r.raw.memoryBytes / 1048576).toFixed(1)} MiB; cold start (load + first embed in a worker): ${r.raw.coldMs.toFixed(1)} ms`);
+  console.log(`worker engine latency p50 ${g.engine_latency_p50_ms} ms (histogram bucket), processing rate gauge ${g.processing_rate?.toFixed(1)} jobs/s`);
+} finally {
+  await browser.close();
+  http.close();
+  server.kill();
+  rmSync(tmp, { recursive: true, force: true });
+}
+
+async function freePort() {
+  const s = createServer();
+  await new Promise((r) => s.listen(0, "127.0.0.1", r));
+  const { port } = s.address();
+  await new Promise((r) => s.close(r));
+  return port;
+}
