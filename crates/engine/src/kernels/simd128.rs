@@ -57,8 +57,10 @@ unsafe fn block<const R: usize, const T: usize>(
     }
 }
 
-/// All rows for tokens `t0..t0 + T`.
-#[inline(always)]
+/// All rows for tokens `t0..t0 + T`. Kept out of line on purpose: V8 first runs wasm in its
+/// baseline tier and switches a function to optimised code on a later *call*, so a matrix product
+/// made of several calls gets fast within the first embed instead of after it.
+#[inline(never)]
 fn tokens<const T: usize>(
     w: &[i8],
     q: &[i16],
