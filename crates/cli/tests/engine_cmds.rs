@@ -1,0 +1,74 @@
+//! `ternflow gen-model`, `embed` (vectors and `--ids`) and `bench` end to end.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn ternflow() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ternflow"))
+}
+
+#[test]
+fn gen_model_embed_and_bench() {
+    let dir = std::env::temp_dir().join(format!("ternflow-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("tiny.tern");
+    let st = ternflow()
+        .args(["gen-model", "--format", "int8", "--d", "32", "--heads", "4", "--ffn", "64"])
+        .args(["--out", "16"])
+        .arg(&model)
+        .status()
+        .unwrap();
+    assert!(st.success());
+
+    let run = |extra: &[&str], input: &str| {
+        let mut child = ternflow()
+            .arg("embed")
+            .arg("--model")
+            .arg(&model)
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let vectors = run(&[], "hello world\n\nCafé [PAD]\n");
+    let lines: Vec<Vec<f32>> = vectors
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert!(lines.iter().all(|v| v.len() == 16));
+    let ids = run(&["--ids"], "hello world\nCafé [PAD]\n");
+    let ids: Vec<Vec<u32>> = ids.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(ids[0], vec![101, 7592, 2088, 102]);
+    assert_eq!(ids[1], vec![101, 7668, 1031, 11687, 1033, 102]);
+
+    let out = ternflow()
+        .arg("bench")
+        .arg("--model")
+        .arg(&model)
+        .args(["--iters", "20"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("load") && text.contains("embeds/s"), "{text}");
+    assert!(text.contains("128.0 ids/input"), "{text}");
+
+    let bad = ternflow()
+        .args(["embed", "--model"])
+        .arg(dir.join("missing.tern"))
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    std::fs::remove_dir_all(&dir).ok();
+}
