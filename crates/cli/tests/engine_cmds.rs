@@ -13,7 +13,17 @@ fn gen_model_embed_and_bench() {
     std::fs::create_dir_all(&dir).unwrap();
     let model = dir.join("tiny.tern");
     let st = ternflow()
-        .args(["gen-model", "--format", "int8", "--d", "32", "--heads", "4", "--ffn", "64"])
+        .args([
+            "gen-model",
+            "--format",
+            "int8",
+            "--d",
+            "32",
+            "--heads",
+            "4",
+            "--ffn",
+            "64",
+        ])
         .args(["--out", "16"])
         .arg(&model)
         .status()
@@ -48,7 +58,10 @@ fn gen_model_embed_and_bench() {
     assert_eq!(lines.len(), 3);
     assert!(lines.iter().all(|v| v.len() == 16));
     let ids = run(&["--ids"], "hello world\nCafé [PAD]\n");
-    let ids: Vec<Vec<u32>> = ids.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let ids: Vec<Vec<u32>> = ids
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(ids[0], vec![101, 7592, 2088, 102]);
     assert_eq!(ids[1], vec![101, 7668, 1031, 11687, 1033, 102]);
 
