@@ -71,3 +71,15 @@ impl TernflowEngine {
 pub fn wasm_memory_bytes() -> f64 {
     (core::arch::wasm32::memory_size(0) * 65536) as f64
 }
+
+/// Runs the engine's kernel self-test (every kernel of this build against the scalar reference,
+/// exact integer equality) and returns how many comparisons passed.
+///
+/// # Errors
+/// A `JsError` describing the first mismatch.
+#[wasm_bindgen(js_name = engineSelfTest)]
+pub fn engine_self_test(seed: u32, cases: u32) -> Result<u32, JsError> {
+    ternflow_engine::kernels::self_test(u64::from(seed), cases as usize)
+        .map(|n| n as u32)
+        .map_err(|e| JsError::new(&e))
+}

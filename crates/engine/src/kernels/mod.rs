@@ -99,51 +99,68 @@ impl Kernel {
     }
 }
 
+/// Checks every available kernel against the scalar reference on `cases` random shapes (many
+/// −128/127 extremes) and one worst-case accumulator; exact equality. Runs anywhere, so the
+/// wasm build checks its `simd128` kernel too (`engineSelfTest()` in the wasm API,
+/// `bench/engine-check.mjs`).
+///
+/// # Errors
+/// A description of the first mismatch.
+pub fn self_test(seed: u64, cases: usize) -> Result<usize, String> {
+    use crate::testing::Rng;
+    let mut rng = Rng::new(seed);
+    let mut checked = 0;
+    for case in 0..cases {
+        let stride = 32 * (1 + rng.below(8));
+        let rows = 1 + rng.below(40);
+        let n_tokens = 1 + rng.below(19);
+        let w: Vec<i8> = (0..rows * stride).map(|_| rng.below(3) as i8 - 1).collect();
+        let q: Vec<i16> = (0..n_tokens * stride)
+            .map(|i| match (i + case) % 5 {
+                0 => -128,
+                1 => 127,
+                _ => rng.below(256) as i16 - 128,
+            })
+            .collect();
+        let mut want = vec![0i32; n_tokens * rows];
+        scalar::matmul(&w, rows, &q, n_tokens, stride, &mut want);
+        let naive: i32 = (0..stride).map(|k| i32::from(q[k]) * i32::from(w[k])).sum();
+        if want[0] != naive {
+            return Err(format!("scalar kernel wrong in case {case}"));
+        }
+        for k in Kernel::available() {
+            let mut got = vec![0i32; n_tokens * rows];
+            k.matmul(&w, rows, &q, n_tokens, stride, &mut got);
+            if got != want {
+                return Err(format!(
+                    "kernel {} differs from scalar: case {case}, {rows} rows, {n_tokens} tokens, stride {stride}",
+                    k.name()
+                ));
+            }
+            checked += 1;
+        }
+    }
+    let stride = 65536;
+    let w = vec![-1i8; stride];
+    let q = vec![-128i16; stride];
+    for k in Kernel::available() {
+        let mut acc = [0i32];
+        k.matmul(&w, 1, &q, 1, stride, &mut acc);
+        if acc[0] != 128 * stride as i32 {
+            return Err(format!("kernel {} overflows: {}", k.name(), acc[0]));
+        }
+        checked += 1;
+    }
+    Ok(checked)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::Rng;
 
     #[test]
     fn every_kernel_matches_scalar_exactly() {
-        let mut rng = Rng::new(7);
-        for case in 0..60 {
-            let stride = 32 * (1 + rng.below(8));
-            let rows = 1 + rng.below(40);
-            let n_tokens = 1 + rng.below(19);
-            let w: Vec<i8> = (0..rows * stride).map(|_| rng.below(3) as i8 - 1).collect();
-            let q: Vec<i16> = (0..n_tokens * stride)
-                .map(|i| {
-                    // Many extremes: −128 and 127 are where overflow bugs would show.
-                    match (i + case) % 5 {
-                        0 => -128,
-                        1 => 127,
-                        _ => rng.below(256) as i16 - 128,
-                    }
-                })
-                .collect();
-            let mut want = vec![0i32; n_tokens * rows];
-            scalar::matmul(&w, rows, &q, n_tokens, stride, &mut want);
-            // Spot-check the reference itself.
-            let naive: i32 = (0..stride).map(|k| i32::from(q[k]) * i32::from(w[k])).sum();
-            assert_eq!(want[0], naive);
-            for k in Kernel::available() {
-                let mut got = vec![0i32; n_tokens * rows];
-                k.matmul(&w, rows, &q, n_tokens, stride, &mut got);
-                assert_eq!(got, want, "kernel {} case {case}", k.name());
-            }
-        }
-    }
-
-    #[test]
-    fn worst_case_accumulators_do_not_overflow() {
-        let stride = 65536 / 32 * 32;
-        let w = vec![-1i8; stride];
-        let q = vec![-128i16; stride];
-        for k in Kernel::available() {
-            let mut acc = [0i32];
-            k.matmul(&w, 1, &q, 1, stride, &mut acc);
-            assert_eq!(acc[0], 128 * stride as i32, "kernel {}", k.name());
-        }
+        let n = self_test(7, 60).unwrap();
+        assert!(n >= 60);
     }
 }
