@@ -65,7 +65,7 @@ pub(crate) fn layout(c: &Config) -> Option<Vec<(String, usize)>> {
 }
 
 /// Bytes hashed per call of [`hash_chunk`].
-const HASH_CHUNK: usize = 1 << 16;
+const HASH_CHUNK: usize = 1 << 14;
 
 /// One hashing step, kept out of line: in a wasm engine a function that is called many times
 /// gets tiered up to optimised code after a few calls, while one long-running call would stay in

@@ -20,7 +20,11 @@ fn hsum(v: v128) -> i32 {
 /// # Safety
 /// `r0 + R <= rows`, `t0 + T <= n_tokens`, `stride % 8 == 0`, and `w`/`q` hold
 /// `rows × stride` / `n_tokens × stride` elements.
-#[inline(always)]
+///
+/// Kept out of line on purpose: V8 first runs wasm in its baseline tier and switches a function to
+/// optimised code on a later *call*, so a product made of many small calls gets fast early in the
+/// first embed (a cold start cost) instead of after it; the call costs ~2% of a block.
+#[inline(never)]
 #[allow(clippy::needless_range_loop)] // a[i][j]: the 2-D register block reads best indexed
 unsafe fn block<const R: usize, const T: usize>(
     w: &[i8],
@@ -57,10 +61,8 @@ unsafe fn block<const R: usize, const T: usize>(
     }
 }
 
-/// All rows for tokens `t0..t0 + T`. Kept out of line on purpose: V8 first runs wasm in its
-/// baseline tier and switches a function to optimised code on a later *call*, so a matrix product
-/// made of several calls gets fast within the first embed instead of after it.
-#[inline(never)]
+/// All rows for tokens `t0..t0 + T`.
+#[inline(always)]
 fn tokens<const T: usize>(
     w: &[i8],
     q: &[i16],
