@@ -37,7 +37,7 @@ const texts = (tag, n) => Array.from({ length: n }, (_, i) => `${base[i % base.l
 const token = `bench-${Math.random().toString(36).slice(2)}`;
 const srvPort = await freePort();
 const server = spawn(bin, ["serve", "--addr", `127.0.0.1:${srvPort}`, "--data-dir", join(tmp, "data"),
-  "--model", model, "--insecure-dev-token", token, "--cors-allow-localhost"], { stdio: ["ignore", "ignore", "inherit"] });
+  "--model", model, "--insecure-dev-token", token, "--cors-allow-localhost"], { stdio: ["ignore", process.env.BENCH_SERVER_LOG ? process.stderr : "ignore", "inherit"] });
 const api = `http://127.0.0.1:${srvPort}`;
 for (let i = 0; i < 100; i++) {
   try { if ((await fetch(`${api}/healthz`)).ok) break; } catch {}

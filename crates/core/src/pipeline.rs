@@ -7,6 +7,8 @@
 
 use std::cell::RefCell;
 
+use futures_util::future::join;
+
 use crate::breaker::{Breaker, BreakerState};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -240,9 +242,9 @@ impl<P: Ports> Pipeline<P> {
 
         let result = self.embed_and_store(&key, text, &model, trace, held).await;
 
+        // Still held only when embedding failed: release it so others need not wait for the TTL.
         let released = held.borrow_mut().take();
         if let Some(h) = released {
-            // Best effort: an unreleased lock expires by itself.
             let _ = self.locks.release(&h.key, &h.grant.token, trace).await;
         }
         result
@@ -277,7 +279,16 @@ impl<P: Ports> Pipeline<P> {
             }
             Err(_) => self.metrics.inc("cache_remote_errors"),
         }
-        self.local_put(key, &vector).await;
+        // The remote cache holds the value now: let waiting workers go while we fill our own
+        // cache (two independent round trips, overlapped).
+        let released = held.borrow_mut().take();
+        let release = async {
+            if let Some(h) = released {
+                // Best effort: an unreleased lock expires by itself.
+                let _ = self.locks.release(&h.key, &h.grant.token, trace).await;
+            }
+        };
+        join(self.local_put(key, &vector), release).await;
         Ok(Resolved {
             vector,
             model_id: model.to_owned(),
