@@ -100,7 +100,9 @@ const http = createServer((req, res) => {
     if (!(rel.startsWith("pkg/") || rel.startsWith("bench/")) || !existsSync(file)) { res.writeHead(404).end(); return; }
     [body, type] = [readFileSync(file), types[extname(file)] ?? "application/octet-stream"];
   }
-  res.writeHead(200, { "Content-Type": type, "Cache-Control": "no-store" });
+  // Cross-origin isolated, for fine-grained performance.now() (the API answers with CORP headers).
+  res.writeHead(200, { "Content-Type": type, "Cache-Control": "no-store",
+    "Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp" });
   res.end(body);
 });
 await new Promise((r) => http.listen(0, "127.0.0.1", r));
