@@ -10,12 +10,17 @@
 //!
 //! - [`scalar`]: the reference, plain Rust.
 //! - `simd128` (wasm32 with `+simd128`): `i16x8.load8x8_s` + `i32x4.dot_i16x8_s`.
+//! - `relaxed` (wasm32 built with `+relaxed-simd`, not the default build):
+//!   `i32x4.relaxed_dot_i8x16_i7x16_add_s` on `w + 1`, minus `Σ q`.
 //! - `avx2` (x86-64, chosen at run time with `is_x86_feature_detected!`): `vpmovsxbw` + `vpmaddwd`.
 
 pub mod scalar;
 
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 pub mod simd128;
+
+#[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+pub mod relaxed;
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
@@ -29,6 +34,9 @@ pub enum Kernel {
     /// wasm32 `simd128`.
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     Simd128,
+    /// wasm32 relaxed SIMD (only in builds with `+relaxed-simd`).
+    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+    RelaxedSimd,
     /// x86-64 AVX2 (only constructed after run-time detection).
     #[cfg(target_arch = "x86_64")]
     Avx2,
@@ -38,7 +46,13 @@ impl Kernel {
     /// The fastest kernel this build and this CPU support.
     #[must_use]
     pub fn best() -> Self {
-        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+        return Self::RelaxedSimd;
+        #[cfg(all(
+            target_arch = "wasm32",
+            target_feature = "simd128",
+            not(target_feature = "relaxed-simd")
+        ))]
         return Self::Simd128;
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
@@ -51,9 +65,15 @@ impl Kernel {
     /// Every kernel usable here (the scalar one first).
     #[must_use]
     pub fn available() -> Vec<Self> {
+        #[allow(unused_mut)]
         let mut v = vec![Self::Scalar];
-        if Self::best() != Self::Scalar {
-            v.push(Self::best());
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        v.push(Self::Simd128);
+        #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+        v.push(Self::RelaxedSimd);
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            v.push(Self::Avx2);
         }
         v
     }
@@ -65,6 +85,8 @@ impl Kernel {
             Self::Scalar => "scalar",
             #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
             Self::Simd128 => "simd128",
+            #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+            Self::RelaxedSimd => "relaxed-simd",
             #[cfg(target_arch = "x86_64")]
             Self::Avx2 => "avx2",
         }
@@ -91,6 +113,8 @@ impl Kernel {
             Self::Scalar => scalar::matmul(w, rows, q, n_tokens, stride, acc),
             #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
             Self::Simd128 => simd128::matmul(w, rows, q, n_tokens, stride, acc),
+            #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+            Self::RelaxedSimd => relaxed::matmul(w, rows, q, n_tokens, stride, acc),
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `Avx2` is only returned by `best()` after `is_x86_feature_detected!("avx2")`,
             // and the shape was checked above.
