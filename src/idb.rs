@@ -58,6 +58,9 @@ pub struct IdbCache {
     db: Rexie,
     max_entries: u32,
     evicted: Cell<u64>,
+    /// An upper bound on the records stored (a put counts as one more even when it replaces):
+    /// the exact count, one more IndexedDB request per put, is only taken near the bound.
+    upper_bound: Cell<Option<u32>>,
 }
 
 impl IdbCache {
@@ -80,6 +83,7 @@ impl IdbCache {
             db,
             max_entries: max_entries.max(1),
             evicted: Cell::new(0),
+            upper_bound: Cell::new(None),
         })
     }
 
@@ -102,7 +106,12 @@ impl IdbCache {
         let tx = self.db.transaction(&[STORE], TransactionMode::ReadWrite)?;
         let store = tx.store(STORE)?;
         store.put(&value, None).await?;
-        let n = store.count(None).await?;
+        let bound = self.upper_bound.get().map(|n| n.saturating_add(1));
+        let n = match bound {
+            Some(n) if n <= self.max_entries => n,
+            _ => store.count(None).await?,
+        };
+        let mut kept = n;
         if n > self.max_entries {
             let excess = n - self.max_entries;
             let oldest = store
@@ -113,8 +122,10 @@ impl IdbCache {
                 store.delete(k).await?;
             }
             self.evicted.set(self.evicted.get() + u64::from(excess));
+            kept = self.max_entries;
         }
         tx.done().await?;
+        self.upper_bound.set(Some(kept));
         Ok(())
     }
 

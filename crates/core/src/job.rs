@@ -9,6 +9,7 @@ use futures_util::future::{select, Either};
 use futures_util::pin_mut;
 
 use crate::error::{Error, Result};
+use crate::keys::job_id;
 use crate::metrics::names;
 use crate::pipeline::{HeldLock, Pipeline, Ports};
 use crate::ports::{Clock, JobSource, Locks};
@@ -89,8 +90,10 @@ impl<P: Ports> Pipeline<P> {
         trace: &str,
         held: &RefCell<Option<HeldLock>>,
     ) -> Result<ResultSource> {
+        let lease_guards_key = job.id == job_id(&job.model_id, &job.text);
+        let lease_fence = lease_guards_key.then_some(job.lease.fence);
         let r = self
-            .resolve_with(&job.text, Some(&job.model_id), trace, held)
+            .resolve_with(&job.text, Some(&job.model_id), trace, held, lease_fence)
             .await?;
         let ack = AckRequest {
             token: job.lease.token.clone(),

@@ -183,16 +183,21 @@ impl<P: Ports> Pipeline<P> {
         model_id: Option<&str>,
         trace: &str,
     ) -> Result<Resolved> {
-        self.resolve_with(text, model_id, trace, &RefCell::new(None))
+        self.resolve_with(text, model_id, trace, &RefCell::new(None), None)
             .await
     }
 
+    /// `lease_fence`: the fence of a job lease that already makes this worker the only one
+    /// working on the text (a queue job whose id is the default hash of model and text: the
+    /// server leases each id to one worker at a time). The lock round trips are then skipped and
+    /// the lease's fence orders the cache write (leases and locks draw fences from one counter).
     pub(crate) async fn resolve_with(
         &self,
         text: &str,
         model_id: Option<&str>,
         trace: &str,
         held: &RefCell<Option<HeldLock>>,
+        lease_fence: Option<u64>,
     ) -> Result<Resolved> {
         self.validate(text)?;
         let model = match model_id.filter(|m| !m.is_empty()) {
@@ -221,7 +226,11 @@ impl<P: Ports> Pipeline<P> {
         }
 
         // Single flight: one worker embeds a key at a time; the others wait and re-check.
-        let grant = match self.lock_or_wait(&key, &model, trace).await {
+        let outcome = match lease_fence {
+            Some(_) => LockOutcome::GaveUp, // the lease already is the single-flight guard
+            None => self.lock_or_wait(&key, &model, trace).await,
+        };
+        let grant = match outcome {
             LockOutcome::Held(g) => Some(g),
             LockOutcome::FilledMeanwhile(v) => {
                 self.local_put(&key, &v).await;
@@ -240,7 +249,9 @@ impl<P: Ports> Pipeline<P> {
             });
         }
 
-        let result = self.embed_and_store(&key, text, &model, trace, held).await;
+        let result = self
+            .embed_and_store(&key, text, &model, trace, held, lease_fence.unwrap_or(0))
+            .await;
 
         // Still held only when embedding failed: release it so others need not wait for the TTL.
         let released = held.borrow_mut().take();
@@ -257,11 +268,15 @@ impl<P: Ports> Pipeline<P> {
         model: &str,
         trace: &str,
         held: &RefCell<Option<HeldLock>>,
+        lease_fence: u64,
     ) -> Result<Resolved> {
         let (mut vector, source) = self.embed(text, model, trace).await?;
 
         // The fence may have been renewed by the heartbeat: read it now.
-        let fence = held.borrow().as_ref().map_or(0, |h| h.grant.fence);
+        let fence = held
+            .borrow()
+            .as_ref()
+            .map_or(lease_fence, |h| h.grant.fence);
         let put = CachePut {
             model_id: model.to_owned(),
             vector: Vector(vector.clone()),

@@ -212,6 +212,14 @@ fn job_is_acked_with_its_result() {
     let res = rig.server.result(&id).unwrap();
     assert_eq!(res.vector.0, FakeEmbedder::vector_for("queued text"));
     assert_eq!(res.model_id, MODEL);
+    // A default job id is leased to one worker at a time: the lease is the single-flight lock,
+    // and its fence orders the cache write.
+    assert_eq!(p.metrics.counter(names::LOCKS_ACQUIRED), 0);
+    let entry = rig
+        .server
+        .cache_entry(&cache_key(MODEL, "queued text"))
+        .unwrap();
+    assert_eq!(entry.fence, job.lease.fence);
 }
 
 #[test]
