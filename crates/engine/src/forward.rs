@@ -12,7 +12,7 @@
 //! nothing.
 
 use crate::kernels::{scalar, Kernel};
-use crate::math::{gelu, round_half_away, sum_lanes, sum_sq_dev};
+use crate::math::{exp, gelu, max, max_abs, round_half_away, sum_lanes, sum_sq_dev};
 use crate::model::{padded, BitMatrix, Weights};
 
 const LN_EPS: f32 = 1e-5;
@@ -31,6 +31,7 @@ pub struct Scratch {
     scores: Vec<f32>,
     pooled: Vec<f32>,
     tmp: Vec<f32>,
+    kt: Vec<f32>,
 }
 
 impl Scratch {
@@ -50,6 +51,7 @@ impl Scratch {
             scores: Vec::new(),
             pooled: Vec::new(),
             tmp: Vec::new(),
+            kt: Vec::new(),
         };
         s.reserve(w, usize::from(w.config.max_seq_len).min(128));
         s
@@ -74,6 +76,7 @@ impl Scratch {
         self.scores.resize(t, 0.0);
         self.pooled.resize(d, 0.0);
         self.tmp.resize(d.max(f), 0.0);
+        self.kt.resize(t * d, 0.0);
     }
 }
 
@@ -103,10 +106,11 @@ fn layer_norm(x: &[f32], w: Option<(&[f32], &[f32])>, out: &mut [f32]) {
 fn quantize_row(x: &[f32], tmp: &mut [f32], q: &mut [i16]) -> f32 {
     let n = x.len();
     layer_norm(x, None, &mut tmp[..n]);
-    let max = tmp[..n].iter().fold(0f32, |m, v| m.max(v.abs()));
-    let s = 128.0 / max.max(1e-5);
+    let max = max_abs(&tmp[..n]);
+    let s = 128.0 / if max > 1e-5 { max } else { 1e-5 };
     for (qi, &v) in q[..n].iter_mut().zip(&tmp[..n]) {
-        *qi = round_half_away(v * s).clamp(-128.0, 127.0) as i16;
+        // Clamped first, so the conversion is exact and vectorises (i32x4.trunc_sat_f32x4_s).
+        *qi = round_half_away(v * s).clamp(-128.0, 127.0) as i32 as i16;
     }
     q[n..].fill(0);
     1.0 / s
@@ -135,7 +139,7 @@ fn bit_linear(
         let acc = &s.acc[t * rows..(t + 1) * rows];
         let o = &mut out[t * rows..(t + 1) * rows];
         for r in 0..rows {
-            o[r] = (acc[r] as f32 + m.bias[r]) / m.w_scale[r] * inv_s;
+            o[r] = (acc[r] as f32 + m.bias[r]) * (m.inv_w_scale[r] * inv_s);
         }
     }
 }
@@ -170,6 +174,7 @@ pub fn forward(w: &Weights, kernel: Kernel, ids: &[u32], sc: &mut Scratch, out: 
         scores,
         pooled,
         tmp,
+        kt,
     } = sc;
     let mut qb = QuantBufs { q, inv_s, acc, tmp };
     for (t, &id) in ids.iter().enumerate() {
@@ -190,26 +195,28 @@ pub fn forward(w: &Weights, kernel: Kernel, ids: &[u32], sc: &mut Scratch, out: 
         let row = 3 * d;
         for hd in 0..heads {
             let (qo, ko, vo) = (hd * dh, d + hd * dh, 2 * d + hd * dh);
+            // Kᵀ of this head, so that the scores of one query are `dh` contiguous axpys.
+            for j in 0..n {
+                for (e, &v) in qkv[j * row + ko..j * row + ko + dh].iter().enumerate() {
+                    kt[e * n + j] = v;
+                }
+            }
             for i in 0..n {
-                let qi = &qkv[i * row + qo..i * row + qo + dh];
-                let mut max = f32::NEG_INFINITY;
-                for j in 0..n {
-                    let kj = &qkv[j * row + ko..j * row + ko + dh];
-                    let sc = scalar::dot_f32(qi, kj) * scale;
-                    scores[j] = sc;
-                    max = max.max(sc);
+                let sc = &mut scores[..n];
+                sc.fill(0.0);
+                for (e, &qv) in qkv[i * row + qo..i * row + qo + dh].iter().enumerate() {
+                    scalar::axpy(qv * scale, &kt[e * n..(e + 1) * n], sc);
                 }
-                let mut sum = 0f32;
-                for sj in scores[..n].iter_mut() {
-                    *sj = (*sj - max).exp();
-                    sum += *sj;
+                let max = max(sc);
+                for v in sc.iter_mut() {
+                    *v = exp(*v - max);
                 }
-                let inv = 1.0 / sum;
+                let inv = 1.0 / sum_lanes(sc);
                 let ci = &mut ctx[i * d + qo..i * d + qo + dh];
                 ci.fill(0.0);
                 for j in 0..n {
                     let vj = &qkv[j * row + vo..j * row + vo + dh];
-                    scalar::axpy(scores[j] * inv, vj, ci);
+                    scalar::axpy(sc[j] * inv, vj, ci);
                 }
             }
         }

@@ -177,6 +177,7 @@ impl<'a> Cursor<'a> {
             stride,
             w,
             w_scale: vec![scale; rows],
+            inv_w_scale: vec![1.0 / scale; rows],
             bias,
         })
     }
@@ -190,6 +191,7 @@ fn stack(parts: Vec<BitMatrix>) -> BitMatrix {
         acc.rows += m.rows;
         acc.w.extend_from_slice(&m.w);
         acc.w_scale.extend_from_slice(&m.w_scale);
+        acc.inv_w_scale.extend_from_slice(&m.inv_w_scale);
         acc.bias.extend_from_slice(&m.bias);
     }
     acc

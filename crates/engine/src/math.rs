@@ -43,6 +43,27 @@ pub fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
+/// `e^x` for softmax: Cephes-style range reduction and a degree-6 polynomial, within 2 ulp of
+/// `f32::exp` on [−87, 88] (inputs are clamped to that range), branch-free so loops over it vectorise (`f32::exp` is a
+/// library call per element on wasm).
+#[inline(always)]
+#[must_use]
+pub fn exp(x: f32) -> f32 {
+    let x = x.clamp(-87.0, 88.0);
+    let n = (x * std::f32::consts::LOG2_E + 0.5).floor();
+    let r = x - n * 0.693_359_4 + n * 2.121_944_4e-4;
+    let mut p = 1.987_569_1e-4_f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_6e-1;
+    p = p * r + 5e-1;
+    let e = p * r * r + r + 1.0;
+    // 2^n by building the exponent bits (n is in −126..=128 after the clamp).
+    let bits = ((n as i32 + 127).clamp(0, 255) as u32) << 23;
+    e * f32::from_bits(bits)
+}
+
 /// Sum of `x` in eight interleaved f32 lanes (fixed order; vectorises).
 #[inline]
 #[must_use]
@@ -58,6 +79,35 @@ pub fn sum_lanes(x: &[f32]) -> f32 {
     ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
         + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
         + tail
+}
+
+/// Largest `|x|` (0 for an empty slice), in eight lanes with plain comparisons: `f32::max` is a
+/// library call (`fmaxf`) per element on wasm.
+#[inline]
+#[must_use]
+pub fn max_abs(x: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let mut c = x.chunks_exact(8);
+    for v in &mut c {
+        for i in 0..8 {
+            let a = v[i].abs();
+            lanes[i] = if a > lanes[i] { a } else { lanes[i] };
+        }
+    }
+    let mut m = 0f32;
+    for &a in lanes.iter().chain(c.remainder()) {
+        let a = a.abs();
+        m = if a > m { a } else { m };
+    }
+    m
+}
+
+/// Largest element (−∞ for an empty slice), with plain comparisons.
+#[inline]
+#[must_use]
+pub fn max(x: &[f32]) -> f32 {
+    x.iter()
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
 }
 
 /// Sum of squared deviations from `mean`, in eight lanes.
@@ -94,6 +144,21 @@ mod tests {
         for v in [0.49999997f32, -0.49999997, 0.5, -0.5, 1.5, -2.5, 0.0, -0.0] {
             assert_eq!(round_half_away(v), v.round(), "{v}");
         }
+    }
+
+    #[test]
+    fn exp_is_accurate() {
+        let mut x = -87.0f32;
+        while x < 88.0 {
+            let (got, want) = (exp(x), x.exp());
+            assert!(
+                (got - want).abs() <= 2.5 * f32::EPSILON * want,
+                "exp({x}) = {got}, want {want}"
+            );
+            x += 0.013;
+        }
+        assert_eq!(exp(0.0), 1.0);
+        assert!(exp(-200.0) < 1e-37);
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub struct BitMatrix {
     pub w: Vec<i8>,
     /// The matrix's `w_scale`, per row (Q, K, V rows keep their own matrix's scale).
     pub w_scale: Vec<f32>,
+    /// `1 / w_scale`, per row (the forward pass multiplies).
+    pub inv_w_scale: Vec<f32>,
     /// Bias per row (zero where the file has none).
     pub bias: Vec<f32>,
 }
