@@ -463,3 +463,51 @@ async fn fenced_cache_put_with_an_older_fence_is_refused_with_the_newer_entry() 
     }
     client.release(&key, &second.token, "").await.unwrap();
 }
+
+#[wasm_bindgen_test]
+async fn model_loads_from_a_url_then_from_the_cache_api_and_is_checked() {
+    use ternflow::engine_port::{fetch_model, sha256_hex};
+    use ternflow::error::WorkerError;
+    use wasm_bindgen::{JsCast, JsValue};
+    use wasm_bindgen_futures::JsFuture;
+
+    let url = format!("{}/v1/model", server().url);
+    let caches: web_sys::CacheStorage =
+        js_sys::Reflect::get(&js_sys::global(), &JsValue::from_str("caches"))
+            .unwrap()
+            .dyn_into()
+            .unwrap();
+    JsFuture::from(caches.delete("ternflow-models"))
+        .await
+        .unwrap();
+
+    let sha = sha256_hex(MODEL);
+    let bytes = fetch_model(&url, Some(&sha)).await.expect("download");
+    assert!(bytes == MODEL, "the server's model file");
+    let cache: web_sys::Cache = JsFuture::from(caches.open("ternflow-models"))
+        .await
+        .unwrap()
+        .dyn_into()
+        .unwrap();
+    let hit = JsFuture::from(cache.match_with_str(&url)).await.unwrap();
+    assert!(
+        hit.is_instance_of::<web_sys::Response>(),
+        "kept in the Cache API"
+    );
+    // A second load comes from the cache (same bytes).
+    assert!(fetch_model(&url, Some(&sha)).await.unwrap() == MODEL);
+
+    // A checksum the file does not have is refused.
+    match fetch_model(&url, Some(&"0".repeat(64))).await {
+        Err(WorkerError::ModelChecksum { actual, .. }) => assert_eq!(actual, sha),
+        other => panic!("wrong checksum accepted: {:?}", other.map(|b| b.len())),
+    }
+
+    // A corrupt file is refused by the engine with a typed error; the slot stays empty.
+    let e = LocalEngine::new();
+    let mut bad = MODEL.to_vec();
+    bad[64] ^= 0x40;
+    assert!(matches!(e.load(&bad), Err(WorkerError::Engine(_))));
+    assert!(e.model_id().is_none());
+    assert_eq!(e.load(MODEL).unwrap(), e.model_id().unwrap());
+}

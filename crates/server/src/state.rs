@@ -15,6 +15,16 @@ use crate::store::Store;
 
 const LEASE_TABLE_PRUNE_AT: usize = 100_000;
 
+/// A model file's bytes, shared without copying into every response.
+#[derive(Clone, Debug)]
+pub(crate) struct ModelFile(Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for ModelFile {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 /// Shared server state. Cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
@@ -26,6 +36,8 @@ pub struct AppState {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) embed: Option<Batcher>,
     pub(crate) default_model_id: Arc<str>,
+    /// The model file served at `GET /v1/model`.
+    pub(crate) model_file: Option<ModelFile>,
     /// Leases this process handed out and that are not finished through it: id → (token, expiry).
     leases: Arc<Mutex<HashMap<String, (String, u64)>>>,
     /// Locks this process granted: key → (token, expiry), for the held/leaked figures.
@@ -59,6 +71,7 @@ impl AppState {
             metrics: Arc::new(Metrics::default()),
             embed: None,
             default_model_id: Arc::from(""),
+            model_file: None,
             leases: Arc::default(),
             locks: Arc::default(),
             shutdown: Arc::new(shutdown),
@@ -80,6 +93,12 @@ impl AppState {
             self.config.embed_queue,
             self.metrics.clone(),
         ));
+        self
+    }
+
+    /// Serves `bytes` (the model file the embedder was loaded from) at `GET /v1/model`.
+    pub fn with_model_file(mut self, bytes: Vec<u8>) -> Self {
+        self.model_file = Some(ModelFile(Arc::new(bytes)));
         self
     }
 

@@ -869,9 +869,9 @@ async fn openapi_lists_exactly_the_routes_served() {
             served += 1;
         }
     }
-    // 21 operations in the router (routes/mod.rs), the SSE route checked elsewhere.
+    // 22 operations in the router (routes/mod.rs), the SSE route checked elsewhere.
     assert_eq!(
-        served, 20,
+        served, 21,
         "the document lists every operation the router serves"
     );
 }
@@ -919,4 +919,41 @@ async fn embed_with_the_real_engine() {
         r.json["jobs"][0]["id"],
         ternflow_core::keys::job_id(&model_id, "x")
     );
+}
+
+#[tokio::test]
+async fn model_file_is_served_with_its_id() {
+    use ternflow_engine::{testing, EmbeddingFormat};
+    let (state, _) = state_with(Config::default());
+    let app_without = app(state);
+    let r = call(&app_without, "GET", "/v1/model", None, None).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.json["error"]["code"], "not_found");
+
+    let file = testing::generate(&testing::tiny_config(EmbeddingFormat::Int8), 3);
+    let embedder = ternflow_server::EngineEmbedder::from_bytes(&file).unwrap();
+    let model_id = embedder.model_id();
+    let state = AppState::new(
+        Arc::new(EmbeddedStore::in_memory()),
+        common::tokens(),
+        Config::default(),
+    )
+    .with_embedder(Arc::new(embedder))
+    .with_model_file(file.clone());
+    let app = app(state);
+    let r = call(&app, "GET", "/v1/model", None, None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.headers["x-ternflow-model-id"], model_id.as_str());
+    let etag = r.headers["etag"].to_str().unwrap().to_owned();
+    assert_eq!(etag, format!("\"{model_id}\""));
+    assert_eq!(r.bytes.len(), file.len());
+    assert!(r.bytes == file, "the exact file");
+
+    let req = axum::http::Request::builder()
+        .uri("/v1/model")
+        .header("if-none-match", etag)
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let resp = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::NOT_MODIFIED);
 }

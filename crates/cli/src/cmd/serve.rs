@@ -133,7 +133,9 @@ pub fn run(args: Args) -> CmdResult {
                 let embedder = EngineEmbedder::from_bytes(&bytes)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
                 tracing::info!(model = %path.display(), model_id = %ternflow_server::Embedder::model_id(&embedder), "model loaded");
-                state = state.with_embedder(Arc::new(embedder));
+                state = state
+                    .with_embedder(Arc::new(embedder))
+                    .with_model_file(bytes);
             }
             None => tracing::warn!("no model: POST /v1/embed answers 503 (pass --model FILE)"),
         }

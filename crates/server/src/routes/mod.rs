@@ -22,6 +22,7 @@ pub(crate) mod events;
 pub(crate) mod jobs;
 pub(crate) mod locks;
 pub(crate) mod metrics;
+pub(crate) mod model;
 
 const OPENAPI: &str = include_str!("../../openapi.json");
 
@@ -147,7 +148,8 @@ pub fn router(state: AppState) -> Router {
             "/openapi.json",
             get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
         )
-        .route("/healthz", get(|| async { "ok" }));
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/v1/model", get(model::get));
     let cfg = state.config.clone();
     Router::new()
         .merge(producer)

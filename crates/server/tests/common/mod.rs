@@ -133,6 +133,8 @@ pub struct Resp {
     pub headers: HeaderMap,
     pub json: Value,
     pub text: String,
+    /// The raw body.
+    pub bytes: Vec<u8>,
 }
 
 pub async fn call_raw(
@@ -165,6 +167,7 @@ pub async fn call_raw(
         headers,
         json,
         text,
+        bytes: bytes.to_vec(),
     }
 }
 
