@@ -15,14 +15,15 @@ pub struct TernflowEngine {
 
 #[wasm_bindgen]
 impl TernflowEngine {
-    /// Loads a TERN v1 file with the bundled BERT uncased vocabulary.
+    /// Loads a TERN v1 file with the bundled BERT uncased vocabulary. The bytes are copied into
+    /// wasm memory once and the embedding table is used in place there.
     ///
     /// # Errors
     /// A `JsError` carrying the engine's message when the file is not a valid TERN v1 model.
     #[wasm_bindgen(constructor)]
-    pub fn new(model: &[u8]) -> Result<TernflowEngine, JsError> {
+    pub fn new(model: Vec<u8>) -> Result<TernflowEngine, JsError> {
         Ok(Self {
-            inner: Engine::from_bytes(model)?,
+            inner: Engine::from_vec(model)?,
         })
     }
 
@@ -31,9 +32,9 @@ impl TernflowEngine {
     /// # Errors
     /// As [`TernflowEngine::new`], or when the vocabulary does not fit the model.
     #[wasm_bindgen(js_name = withVocab)]
-    pub fn with_vocab(model: &[u8], vocab: &str) -> Result<TernflowEngine, JsError> {
+    pub fn with_vocab(model: Vec<u8>, vocab: &str) -> Result<TernflowEngine, JsError> {
         Ok(Self {
-            inner: Engine::from_bytes_with_vocab(model, vocab)?,
+            inner: Engine::from_vec_with_vocab(model, vocab)?,
         })
     }
 

@@ -4,7 +4,7 @@ use crate::error::{Error, Result};
 use crate::format::Config;
 use crate::forward::{forward, Scratch};
 use crate::kernels::Kernel;
-use crate::loader::{hex, load};
+use crate::loader::{hex, load, load_owned};
 use crate::model::Weights;
 use crate::tokenizer::Tokenizer;
 
@@ -41,7 +41,27 @@ impl Engine {
     /// [`Error::ChecksumMismatch`], …), or [`Error::Vocab`] when the vocabulary lacks a special
     /// token or has more entries than the model's `vocab_size`.
     pub fn from_bytes_with_vocab(model: &[u8], vocab_text: &str) -> Result<Self> {
-        let weights = load(model)?;
+        Self::with_weights(load(model)?, vocab_text)
+    }
+
+    /// [`Engine::from_bytes`] for a file handed over by value: the embedding table is used in
+    /// place instead of being copied (less memory and a faster load, e.g. from wasm).
+    ///
+    /// # Errors
+    /// As [`Engine::from_bytes_with_vocab`].
+    pub fn from_vec(model: Vec<u8>) -> Result<Self> {
+        Self::from_vec_with_vocab(model, crate::BUNDLED_VOCAB)
+    }
+
+    /// [`Engine::from_vec`] with the vocabulary in `vocab_text`.
+    ///
+    /// # Errors
+    /// As [`Engine::from_bytes_with_vocab`].
+    pub fn from_vec_with_vocab(model: Vec<u8>, vocab_text: &str) -> Result<Self> {
+        Self::with_weights(load_owned(model)?, vocab_text)
+    }
+
+    fn with_weights(weights: Weights, vocab_text: &str) -> Result<Self> {
         let tokenizer = Tokenizer::from_vocab(vocab_text)?;
         if u64::from(tokenizer.max_id()) >= u64::from(weights.config.vocab_size) {
             return Err(Error::Vocab(format!(

@@ -197,12 +197,35 @@ fn stack(parts: Vec<BitMatrix>) -> BitMatrix {
     acc
 }
 
-/// Parses a whole TERN v1 file.
+/// Parses a whole TERN v1 file; the embedding codes are copied out of `bytes`.
 ///
 /// # Errors
 /// Any [`Error`] but [`Error::Vocab`]: bad header, wrong size, checksum mismatch, reserved ternary
 /// codes, non-finite floats or zero weight scales.
 pub fn load(bytes: &[u8]) -> Result<Weights> {
+    let mut w = parse(bytes)?;
+    let e = &mut w.embeddings;
+    e.data = bytes[e.codes_at..e.codes_at + e.codes_len].to_vec();
+    e.codes_at = 0;
+    Ok(w)
+}
+
+/// [`load`] for a file handed over by value: the embedding codes stay where they are in it (no
+/// second copy of the largest section).
+///
+/// # Errors
+/// As [`load`].
+pub fn load_owned(bytes: Vec<u8>) -> Result<Weights> {
+    let mut w = parse(&bytes)?;
+    if w.embeddings.codes_len > 0 {
+        w.embeddings.data = bytes;
+    }
+    Ok(w)
+}
+
+/// Checks and parses everything; the embedding codes are only located (`codes_at`, `codes_len`
+/// index into `bytes`) and `data` is left empty for the caller to fill.
+fn parse(bytes: &[u8]) -> Result<Weights> {
     let config = Config::parse_header(bytes)?;
     let sections = layout(&config).ok_or_else(|| {
         Error::InconsistentDims("the file size implied by the header overflows".into())
@@ -252,23 +275,24 @@ pub fn load(bytes: &[u8]) -> Result<Weights> {
         Embeddings {
             format: fmt,
             dim: d,
-            codes: Vec::new(),
+            data: Vec::new(),
+            codes_at: 0,
+            codes_len: 0,
             values: cur.f32s(v * d, "embeddings")?,
             scales: Vec::new(),
         }
     } else {
-        let codes = cur.take(fmt.code_bytes(v, d), "embedding codes")?.to_vec();
-        if fmt == EmbeddingFormat::Ternary
-            && codes
-                .iter()
-                .any(|&b| (0..4).any(|k| (b >> (2 * k)) & 3 == 3))
-        {
+        let codes_at = cur.pos;
+        let codes = cur.take(fmt.code_bytes(v, d), "embedding codes")?;
+        if fmt == EmbeddingFormat::Ternary && has_reserved_code(codes) {
             return Err(Error::ReservedTernaryCode("embeddings".into()));
         }
         Embeddings {
             format: fmt,
             dim: d,
-            codes,
+            data: Vec::new(),
+            codes_at,
+            codes_len: codes.len(),
             values: Vec::new(),
             scales: cur.f32s(v, "embedding scales")?,
         }

@@ -41,8 +41,14 @@ pub struct Embeddings {
     pub format: EmbeddingFormat,
     /// Row length `D`.
     pub dim: usize,
-    /// Codes as in the file (fp32: the little-endian floats already decoded into `values`).
-    pub codes: Vec<u8>,
+    /// Holds the codes as in the file at `codes_at..codes_at + codes_len`: either a copy of just
+    /// the codes, or (loaded with [`crate::loader::load_owned`]) the whole file, so that a model
+    /// handed over by value is not copied again. Empty for fp32 tables.
+    pub data: Vec<u8>,
+    /// Offset of the codes in `data`.
+    pub codes_at: usize,
+    /// Length of the codes.
+    pub codes_len: usize,
     /// fp32 tables only: `V·D` values.
     pub values: Vec<f32>,
     /// Quantised tables only: one scale per row.
@@ -50,21 +56,28 @@ pub struct Embeddings {
 }
 
 impl Embeddings {
+    /// The quantised codes (empty for fp32).
+    #[must_use]
+    pub fn codes(&self) -> &[u8] {
+        &self.data[self.codes_at..self.codes_at + self.codes_len]
+    }
+
     /// Writes row `id` (value = code × row scale) into `out[..dim]`.
     pub fn row_into(&self, id: usize, out: &mut [f32]) {
         let d = self.dim;
         let out = &mut out[..d];
+        let codes = self.codes();
         match self.format {
             EmbeddingFormat::Fp32 => out.copy_from_slice(&self.values[id * d..(id + 1) * d]),
             EmbeddingFormat::Int8 => {
                 let s = self.scales[id];
-                for (o, &c) in out.iter_mut().zip(&self.codes[id * d..(id + 1) * d]) {
+                for (o, &c) in out.iter_mut().zip(&codes[id * d..(id + 1) * d]) {
                     *o = f32::from(c as i8) * s;
                 }
             }
             EmbeddingFormat::Ternary => {
                 let s = self.scales[id];
-                let bytes = &self.codes[id * d / 4..(id + 1) * d / 4];
+                let bytes = &codes[id * d / 4..(id + 1) * d / 4];
                 for (o4, &b) in out.chunks_exact_mut(4).zip(bytes) {
                     for (k, o) in o4.iter_mut().enumerate() {
                         *o = f32::from(ternary_code(b >> (2 * k))) * s;
@@ -73,7 +86,7 @@ impl Embeddings {
             }
             EmbeddingFormat::Int4 => {
                 let s = self.scales[id];
-                let bytes = &self.codes[id * d / 2..(id + 1) * d / 2];
+                let bytes = &codes[id * d / 2..(id + 1) * d / 2];
                 for (o2, &b) in out.chunks_exact_mut(2).zip(bytes) {
                     o2[0] = f32::from(int4_code(b)) * s;
                     o2[1] = f32::from(int4_code(b >> 4)) * s;

@@ -52,6 +52,13 @@ fn every_format_loads_and_embeds() {
         // Deterministic and independent of what ran before.
         let _ = e.embed("something else entirely, and longer than the first one");
         assert_eq!(v, e.embed("The quick brown fox jumps over the lazy dog."));
+        // Handing the file over by value (codes used in place) changes nothing.
+        let mut owned = Engine::from_vec(file.clone()).unwrap();
+        assert_eq!(owned.model_id(), e.model_id());
+        assert_eq!(
+            v,
+            owned.embed("The quick brown fox jumps over the lazy dog.")
+        );
     }
 }
 
