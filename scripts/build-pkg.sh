@@ -8,6 +8,7 @@ MODEL=${1:-models/ternlight-int4.bin}
 
 wasm-pack --log-level warn build --release --target web --mode no-install --out-dir pkg
 cp www/worker.js www/client.js www/index.d.ts pkg/
+mkdir -p pkg/edge && cp www/edge/handler.mjs www/edge/worker.mjs pkg/edge/
 if [ -f "$MODEL" ]; then
   cp "$MODEL" pkg/ternlight-int4.bin
 else
@@ -26,9 +27,11 @@ p.exports = {
   ".": { types: "./index.d.ts", default: "./client.js" },
   "./wasm": "./ternflow.js",
   "./worker.js": "./worker.js",
+  "./edge": "./edge/worker.mjs",
+  "./edge/handler": "./edge/handler.mjs",
   "./ternlight-int4.bin": "./ternlight-int4.bin",
 };
-const extra = ["client.js", "worker.js", "index.d.ts"];
+const extra = ["client.js", "worker.js", "index.d.ts", "edge/"];
 if (fs.existsSync("pkg/ternlight-int4.bin")) extra.push("ternlight-int4.bin");
 p.files = Array.from(new Set([...(p.files || []), ...extra]));
 p.sideEffects = ["./worker.js"];
@@ -39,7 +42,9 @@ wasm=pkg/ternflow_bg.wasm
 gz_wasm=$(gzip -9 -c "$wasm" | wc -c)
 gz_all=0
 for f in $(node -e 'console.log(require("./pkg/package.json").files.join(" "))'); do
-  [ -f "pkg/$f" ] && gz_all=$((gz_all + $(gzip -9 -c "pkg/$f" | wc -c)))
+  for g in $(find "pkg/$f" -type f 2>/dev/null); do
+    gz_all=$((gz_all + $(gzip -9 -c "$g" | wc -c)))
+  done
 done
 printf 'package: wasm %d bytes (%d gzipped); all shipped files %d bytes gzipped\n' \
   "$(wc -c < "$wasm")" "$gz_wasm" "$gz_all"

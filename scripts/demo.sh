@@ -10,7 +10,7 @@ scripts/setup.sh
 MODEL=models/ternlight-int4.bin
 echo "==> native binary"
 cargo build --release --locked -q -p ternflow-cli
-BIN=$PWD/target/release/ternflow
+BIN=$(realpath "${CARGO_TARGET_DIR:-target}")/release/ternflow
 WORK=$(mktemp -d)
 if [ ! -f "$MODEL" ]; then
   echo "demo: $MODEL is missing: using a generated random model (search results will be meaningless)"

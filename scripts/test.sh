@@ -29,8 +29,11 @@ run() {
   "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   local p f
-  p=$(grep -Eo 'test result: [A-Za-z]+\. [0-9]+ passed; [0-9]+ failed' "$log" | awk '{s+=$4} END {print s+0}')
-  f=$(grep -Eo 'test result: [A-Za-z]+\. [0-9]+ passed; [0-9]+ failed' "$log" | awk '{s+=$6} END {print s+0}')
+  # cargo / wasm-bindgen-test: "test result: ok. N passed; M failed"; node --test: "# pass N", "# fail M".
+  p=$( (grep -Eo 'test result: [A-Za-z]+\. [0-9]+ passed; [0-9]+ failed' "$log" | awk '{print $4}';
+        grep -Eo '^# pass [0-9]+' "$log" | awk '{print $3}') | awk '{s+=$1} END {print s+0}')
+  f=$( (grep -Eo 'test result: [A-Za-z]+\. [0-9]+ passed; [0-9]+ failed' "$log" | awk '{print $6}';
+        grep -Eo '^# fail [0-9]+' "$log" | awk '{print $3}') | awk '{s+=$1} END {print s+0}')
   if [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then
     # A lint step, or a runner that never got to report: the step counts as one.
     if [ "$rc" -eq 0 ]; then p=1; else f=1; fi
@@ -46,6 +49,13 @@ run fmt cargo fmt --all --check
 run clippy-native cargo clippy --workspace --all-targets --locked -- -D warnings
 run clippy-wasm cargo clippy --target wasm32-unknown-unknown -p ternflow -p ternflow-core -p ternflow-engine --all-targets --locked -- -D warnings
 run cargo-test cargo test --workspace --locked
+# The wasm outside a browser (no Web Worker, no IndexedDB: like an edge isolate), in Node.
+node_edge() {
+  wasm-pack --log-level warn build --dev --target web --mode no-install --out-dir pkg-test &&
+    node --test tests/node/
+}
+run edge-node node_edge
+
 # Browser tests run against a real server on a real Redis, both started here on free ports.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 start_services() {
@@ -57,7 +67,7 @@ start_services() {
      --dir "$LOGDIR/redis" >"$LOGDIR/redis.log" 2>&1) &
   PIDS+=($!)
   for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
-  target/debug/ternflow serve --addr "127.0.0.1:$sport" --store "redis://127.0.0.1:$rport/0" \
+  "${CARGO_TARGET_DIR:-target}/debug/ternflow" serve --addr "127.0.0.1:$sport" --store "redis://127.0.0.1:$rport/0" \
     --model crates/engine/tests/data/ref_tiny_ternary.tern --insecure-dev-token "$token" \
     --cors-allow-localhost --lease-ms 1500 --max-attempts 3 >"$LOGDIR/server.log" 2>&1 &
   PIDS+=($!)

@@ -9,7 +9,8 @@
 //! - [`ternflow_core`] (`crates/core`): protocol types, the per-job pipeline, retry, breaker, caches
 //!   and the traits this crate implements. No web-sys.
 //! - [`ternflow_engine`] (`crates/engine`): the Ternlight inference engine. No web deps.
-//! - wasm32 only, one adapter per file: `idb` (IndexedDB local cache over rexie), `http` (the
+//! - wasm32 only, one adapter per file: `idb` (IndexedDB local cache over rexie), `local`
+//!   (IndexedDB, or a bounded in-memory LRU where there is none: edge isolates, Node), `http` (the
 //!   server's protocol over gloo-net: queue, remote cache, locks, backend embedder), `sse`
 //!   (`EventSource` wake-ups and invalidations), `clock` (`Date.now`, `setTimeout`), `engine_port`
 //!   (the in-wasm engine as an embedder; model loading through the Cache API), `worker` (the
@@ -32,6 +33,8 @@ pub mod error;
 pub mod http;
 #[cfg(target_arch = "wasm32")]
 pub mod idb;
+#[cfg(target_arch = "wasm32")]
+pub mod local;
 #[cfg(target_arch = "wasm32")]
 pub mod sse;
 #[cfg(target_arch = "wasm32")]

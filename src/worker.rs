@@ -20,7 +20,7 @@ use crate::clock::BrowserClock;
 use crate::engine_port::{fetch_model, LocalEngine};
 use crate::error::WorkerError;
 use crate::http::HttpClient;
-use crate::idb::IdbCache;
+use crate::local::AnyLocal;
 use crate::sse::SseWakeups;
 
 /// The browser's adapter types.
@@ -29,7 +29,7 @@ pub struct Browser;
 
 impl Ports for Browser {
     type Source = HttpClient;
-    type Local = IdbCache;
+    type Local = AnyLocal;
     type Remote = HttpClient;
     type Locks = HttpClient;
     type Engine = LocalEngine;
@@ -42,10 +42,10 @@ const METRICS_INTERVAL_MS: u64 = 2_000;
 const DEFAULT_DB: &str = "ternflow";
 const DEFAULT_MAX_LOCAL: u32 = 50_000;
 
-/// Builds a pipeline over the browser adapters.
+/// Builds a pipeline over the browser adapters (IndexedDB where there is one, else memory).
 ///
 /// # Errors
-/// When IndexedDB cannot be opened.
+/// When IndexedDB exists but cannot be opened.
 pub async fn browser_pipeline(
     server: Option<&ServerOptions>,
     engine: LocalEngine,
@@ -58,7 +58,7 @@ pub async fn browser_pipeline(
         server.map_or("", |s| s.token.as_str()),
         &cfg.worker_id,
     );
-    let local = IdbCache::open(db_name, max_local_entries).await?;
+    let local = AnyLocal::open(db_name, max_local_entries).await?;
     Ok(Pipeline::new(
         Adapters {
             source: client.clone(),

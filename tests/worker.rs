@@ -407,8 +407,9 @@ async fn local_cache_evicts_at_its_size_bound() {
         p.resolve(t, None, "").await.unwrap();
         sleep(5).await;
     }
-    assert_eq!(p.local.count().await.unwrap(), 3);
-    assert_eq!(p.local.evicted(), 2);
+    let idb = p.local.as_idb().expect("a worker has IndexedDB");
+    assert_eq!(idb.count().await.unwrap(), 3);
+    assert_eq!(idb.evicted(), 2);
     // The oldest went; reading it again comes from the remote cache.
     assert_eq!(
         p.resolve(&texts[0], None, "").await.unwrap().source,

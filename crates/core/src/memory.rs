@@ -1,4 +1,5 @@
 //! In-memory implementations of every port, and a fake clock, for native tests of the pipeline.
+//! [`MemLocal`] also serves as the local cache in runtimes without IndexedDB (edge isolates).
 //!
 //! They follow the server's semantics (leases with tokens and fences, fenced cache writes,
 //! compare-and-delete locks, attempt limits and a dead-letter list) closely enough that the

@@ -1,0 +1,80 @@
+//! The local cache a worker gets: IndexedDB where the global scope has it (browsers, Web
+//! Workers), otherwise a bounded in-memory LRU (edge isolates such as Cloudflare Workers, Node).
+
+use ternflow_core::memory::MemLocal;
+use ternflow_core::ports::LocalCache;
+use wasm_bindgen::JsValue;
+
+use crate::error::WorkerError;
+use crate::idb::IdbCache;
+
+/// IndexedDB, or memory where there is no IndexedDB.
+#[derive(Debug)]
+pub enum AnyLocal {
+    /// IndexedDB through rexie.
+    Idb(IdbCache),
+    /// In memory, for runtimes without IndexedDB (lost when the isolate ends).
+    Memory(MemLocal),
+}
+
+impl AnyLocal {
+    /// IndexedDB database `name` when the global scope has `indexedDB`, else memory; at most
+    /// `max_entries` either way.
+    ///
+    /// # Errors
+    /// When IndexedDB exists but refuses the open.
+    pub async fn open(name: &str, max_entries: u32) -> Result<Self, WorkerError> {
+        let has_idb = js_sys::Reflect::get(&js_sys::global(), &JsValue::from_str("indexedDB"))
+            .is_ok_and(|v| !v.is_undefined() && !v.is_null());
+        if has_idb {
+            Ok(AnyLocal::Idb(IdbCache::open(name, max_entries).await?))
+        } else {
+            Ok(AnyLocal::Memory(MemLocal::new(max_entries as usize)))
+        }
+    }
+
+    /// `"indexeddb"` or `"memory"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AnyLocal::Idb(_) => "indexeddb",
+            AnyLocal::Memory(_) => "memory",
+        }
+    }
+
+    /// The IndexedDB cache, if that is what this is.
+    pub fn as_idb(&self) -> Option<&IdbCache> {
+        match self {
+            AnyLocal::Idb(c) => Some(c),
+            AnyLocal::Memory(_) => None,
+        }
+    }
+}
+
+impl LocalCache for AnyLocal {
+    async fn get(&self, key: &str, now_ms: u64) -> ternflow_core::Result<Option<Vec<f32>>> {
+        match self {
+            AnyLocal::Idb(c) => c.get(key, now_ms).await,
+            AnyLocal::Memory(c) => c.get(key, now_ms).await,
+        }
+    }
+
+    async fn put(
+        &self,
+        key: &str,
+        vector: &[f32],
+        expires_at: u64,
+        now_ms: u64,
+    ) -> ternflow_core::Result<()> {
+        match self {
+            AnyLocal::Idb(c) => c.put(key, vector, expires_at, now_ms).await,
+            AnyLocal::Memory(c) => c.put(key, vector, expires_at, now_ms).await,
+        }
+    }
+
+    async fn remove(&self, keys: &[String]) -> ternflow_core::Result<()> {
+        match self {
+            AnyLocal::Idb(c) => c.remove(keys).await,
+            AnyLocal::Memory(c) => c.remove(keys).await,
+        }
+    }
+}
