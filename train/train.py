@@ -186,6 +186,7 @@ def main():
     ap.add_argument("--max-train", type=int, default=0)
     ap.add_argument("--train-split", default="train", help="'val' only for smoke tests")
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--stop-at", type=int, default=0, help="checkpoint and exit after this step (to change flags)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=os.path.join(WORK, "student_final.npz"))
     args = ap.parse_args()
@@ -318,6 +319,10 @@ def main():
             t0 = time.time()
         if step % args.ckpt_every == 0 or done:
             ckpt()
+        if args.stop_at and step >= args.stop_at:
+            ckpt()
+            log(f"--stop-at {args.stop_at} reached; checkpoint saved, continue with --resume")
+            break
     params_to_npz(args.out, params)
     log(f"saved {args.out} at step {step}; total {(time.time() - t_start) / 60:.1f} min")
 
