@@ -17,7 +17,7 @@
 //!
 //! # Layout
 //! - [`error`]: the crate's one error enum.
-//! - [`format`]: the 32-byte header, [`Config`] and [`EmbeddingFormat`].
+//! - [`format`](mod@format): the 32-byte header, [`Config`] and [`EmbeddingFormat`].
 //! - [`loader`]: sizes, SHA-256 trailer and values of a file → [`model::Weights`].
 //! - [`model`]: weights laid out for the kernels (ternary unpacked to padded `i8` rows, Q/K/V
 //!   stacked), embeddings decoded per row.
