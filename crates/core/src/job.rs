@@ -9,11 +9,13 @@ use futures_util::future::{select, Either};
 use futures_util::pin_mut;
 
 use crate::error::{Error, Result};
-use crate::keys::job_id;
+use crate::keys::{cache_key, job_id};
 use crate::metrics::names;
 use crate::pipeline::{HeldLock, Pipeline, Ports};
 use crate::ports::{Clock, JobSource, Locks};
-use crate::protocol::{AckRequest, ClaimedJob, JobResult, NackRequest, NackResponse, ResultSource};
+use crate::protocol::{
+    AckCacheWrite, AckRequest, ClaimedJob, JobResult, NackRequest, NackResponse, ResultSource,
+};
 use crate::trace::TraceParent;
 
 /// How a job ended for this worker.
@@ -95,7 +97,14 @@ impl<P: Ports> Pipeline<P> {
         let r = self
             .resolve_with(&job.text, Some(&job.model_id), trace, held, lease_fence)
             .await?;
+        // The remote write-through of a lease-guarded job rides on its ack, fenced by the lease.
+        let cache = (lease_guards_key && r.source != ResultSource::Remote).then(|| AckCacheWrite {
+            key: cache_key(&job.model_id, &job.text),
+            fence: job.lease.fence,
+            ttl_ms: Some(self.cfg.remote_ttl_ms),
+        });
         let ack = AckRequest {
+            cache,
             token: job.lease.token.clone(),
             result: JobResult {
                 model_id: r.model_id,

@@ -356,6 +356,17 @@ impl MemServer {
         }
     }
 
+    /// A fenced write: refused when the stored entry has a newer fence.
+    fn cache_write(s: &mut ServerState, key: &str, entry: CacheEntry) -> PutOutcome {
+        if let Some(e) = s.cache.get(key) {
+            if e.fence > entry.fence {
+                return PutOutcome::Conflict(e.clone());
+            }
+        }
+        s.cache.insert(key.to_owned(), entry);
+        PutOutcome::Stored
+    }
+
     fn lease_check(s: &ServerState, id: &str, token: &str) -> Result<()> {
         match s.jobs.get(id).and_then(|j| j.lease.as_ref()) {
             Some(l) if l.token == token => Ok(()),
@@ -416,9 +427,19 @@ impl JobSource for MemServer {
 
     async fn ack(&self, job_id: &str, ack: &AckRequest, _trace: &str) -> Result<()> {
         self.up()?;
+        let now = self.clock.now_ms();
         let mut s = self.inner.borrow_mut();
         Self::lease_check(&s, job_id, &ack.token)?;
         s.done.insert(job_id.to_owned(), ack.result.clone());
+        if let Some(c) = &ack.cache {
+            let entry = CacheEntry {
+                model_id: ack.result.model_id.clone(),
+                vector: ack.result.vector.clone(),
+                fence: c.fence,
+                expires_at: now + c.ttl_ms.unwrap_or(60_000),
+            };
+            let _ = Self::cache_write(&mut s, &c.key, entry);
+        }
         Ok(())
     }
 
@@ -448,22 +469,13 @@ impl RemoteCache for MemServer {
     async fn put(&self, key: &str, put: &CachePut, _trace: &str) -> Result<PutOutcome> {
         self.up()?;
         let now = self.clock.now_ms();
-        let mut s = self.inner.borrow_mut();
-        if let Some(e) = s.cache.get(key) {
-            if e.fence > put.fence {
-                return Ok(PutOutcome::Conflict(e.clone()));
-            }
-        }
-        s.cache.insert(
-            key.to_owned(),
-            CacheEntry {
-                model_id: put.model_id.clone(),
-                vector: put.vector.clone(),
-                fence: put.fence,
-                expires_at: now + put.ttl_ms.unwrap_or(60_000),
-            },
-        );
-        Ok(PutOutcome::Stored)
+        let entry = CacheEntry {
+            model_id: put.model_id.clone(),
+            vector: put.vector.clone(),
+            fence: put.fence,
+            expires_at: now + put.ttl_ms.unwrap_or(60_000),
+        };
+        Ok(Self::cache_write(&mut self.inner.borrow_mut(), key, entry))
     }
 }
 

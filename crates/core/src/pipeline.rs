@@ -249,8 +249,11 @@ impl<P: Ports> Pipeline<P> {
             });
         }
 
+        // A lease-guarded job's remote write travels with its ack (the vector crosses the
+        // network once); everything else writes through here.
+        let write_remote = lease_fence.is_none();
         let result = self
-            .embed_and_store(&key, text, &model, trace, held, lease_fence.unwrap_or(0))
+            .embed_and_store(&key, text, &model, trace, held, write_remote)
             .await;
 
         // Still held only when embedding failed: release it so others need not wait for the TTL.
@@ -268,15 +271,41 @@ impl<P: Ports> Pipeline<P> {
         model: &str,
         trace: &str,
         held: &RefCell<Option<HeldLock>>,
-        lease_fence: u64,
+        write_remote: bool,
     ) -> Result<Resolved> {
         let (mut vector, source) = self.embed(text, model, trace).await?;
+        if write_remote {
+            vector = self.write_remote(key, vector, model, trace, held).await;
+        }
+        // The remote cache holds the value now: let waiting workers go while we fill our own
+        // cache (two independent round trips, overlapped).
+        let released = held.borrow_mut().take();
+        let release = async {
+            if let Some(h) = released {
+                // Best effort: an unreleased lock expires by itself.
+                let _ = self.locks.release(&h.key, &h.grant.token, trace).await;
+            }
+        };
+        join(self.local_put(key, &vector), release).await;
+        Ok(Resolved {
+            vector,
+            model_id: model.to_owned(),
+            source,
+        })
+    }
 
+    /// Writes through to the remote cache with the lock's fence; returns the vector every
+    /// worker must agree on (a newer writer's, on a fence conflict).
+    async fn write_remote(
+        &self,
+        key: &str,
+        mut vector: Vec<f32>,
+        model: &str,
+        trace: &str,
+        held: &RefCell<Option<HeldLock>>,
+    ) -> Vec<f32> {
         // The fence may have been renewed by the heartbeat: read it now.
-        let fence = held
-            .borrow()
-            .as_ref()
-            .map_or(lease_fence, |h| h.grant.fence);
+        let fence = held.borrow().as_ref().map_or(0, |h| h.grant.fence);
         let put = CachePut {
             model_id: model.to_owned(),
             vector: Vector(vector.clone()),
@@ -294,21 +323,7 @@ impl<P: Ports> Pipeline<P> {
             }
             Err(_) => self.metrics.inc("cache_remote_errors"),
         }
-        // The remote cache holds the value now: let waiting workers go while we fill our own
-        // cache (two independent round trips, overlapped).
-        let released = held.borrow_mut().take();
-        let release = async {
-            if let Some(h) = released {
-                // Best effort: an unreleased lock expires by itself.
-                let _ = self.locks.release(&h.key, &h.grant.token, trace).await;
-            }
-        };
-        join(self.local_put(key, &vector), release).await;
-        Ok(Resolved {
-            vector,
-            model_id: model.to_owned(),
-            source,
-        })
+        vector
     }
 
     async fn local_get(&self, key: &str) -> Option<Vec<f32>> {

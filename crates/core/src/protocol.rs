@@ -202,6 +202,22 @@ pub struct AckRequest {
     pub token: String,
     /// The result.
     pub result: JobResult,
+    /// Also store the result in the remote cache (write-through without a second upload of the
+    /// vector): the server writes it on the first ack, fenced like `PUT /v1/cache/{key}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<AckCacheWrite>,
+}
+
+/// The remote cache write an ack can carry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AckCacheWrite {
+    /// Cache key (`model_id:texthash`; its model prefix must be the result's model).
+    pub key: String,
+    /// The writer's fence: the lease's, when the lease is the single-flight guard.
+    pub fence: u64,
+    /// Requested TTL; the server clamps it and adds jitter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
 }
 
 /// A worker-reported failure.
@@ -549,6 +565,7 @@ mod tests {
     #[test]
     fn ack_round_trip_and_source_names() {
         let a = AckRequest {
+            cache: None,
             token: "t".into(),
             result: JobResult {
                 model_id: "m".into(),

@@ -957,3 +957,63 @@ async fn model_file_is_served_with_its_id() {
     let resp = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap();
     assert_eq!(resp.status(), StatusCode::NOT_MODIFIED);
 }
+
+#[tokio::test]
+async fn ack_can_carry_the_cache_write_through() {
+    let (state, _) = state_with(Config::default());
+    let app = app(state);
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs",
+        Some(PRODUCER),
+        Some(json!({"jobs": [{"id": "a", "text": "x", "model_id": "00000000deadbeef"}, {"id": "b", "text": "y", "model_id": "00000000deadbeef"}]})),
+    )
+    .await;
+    assert_eq!(r.json["jobs"].as_array().unwrap().len(), 2);
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/claim",
+        Some(WORKER),
+        Some(json!({"worker": "w", "max": 2})),
+    )
+    .await;
+    let jobs = r.json["jobs"].as_array().unwrap().clone();
+    let lease = |id: &str| {
+        let j = jobs.iter().find(|j| j["id"] == id).unwrap();
+        (
+            j["lease"]["token"].as_str().unwrap().to_owned(),
+            j["lease"]["fence"].as_u64().unwrap(),
+        )
+    };
+
+    // A write whose key names another model refuses the whole request: the job stays leased.
+    let (tok_b, fence_b) = lease("b");
+    let mut bad = ack_body(&tok_b);
+    bad["cache"] = json!({"key": "other:k", "fence": fence_b});
+    let r = call(&app, "POST", "/v1/jobs/b/ack", Some(WORKER), Some(bad)).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(error_code(&r.json), "model_mismatch");
+    let r = call(&app, "GET", "/v1/jobs/b", Some(WORKER), None).await;
+    assert_eq!(r.json["state"], "leased");
+
+    // A good one stores the result under the key with the lease's fence.
+    let (tok_a, fence_a) = lease("a");
+    let mut body = ack_body(&tok_a);
+    body["cache"] = json!({"key": "00000000deadbeef:ka", "fence": fence_a, "ttl_ms": 60000});
+    let r = call(&app, "POST", "/v1/jobs/a/ack", Some(WORKER), Some(body)).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = call(
+        &app,
+        "GET",
+        "/v1/cache/00000000deadbeef:ka",
+        Some(WORKER),
+        None,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.json["fence"], fence_a);
+    assert_eq!(r.json["vector"], vector());
+    assert_eq!(r.json["model_id"], "00000000deadbeef");
+}

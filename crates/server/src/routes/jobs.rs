@@ -244,13 +244,34 @@ pub(crate) async fn ack(
             "the result vector is empty",
         ));
     }
+    if let Some(c) = &req.cache {
+        // Checked before the ack so a bad write refuses the whole request, not half of it.
+        super::cache::check_write(&c.key, &req.result.model_id, &req.result.vector)?;
+    }
     let now = state.now();
+    let write = req.cache.map(|c| (c, req.result.clone()));
     match state.store.ack(&id, &req.token, req.result, now).await? {
         AckOutcome::Done => {
             state.forget_lease(&id);
             state.metrics.add(|c| &c.jobs_acked, 1);
             state.metrics.record_acks(now, 1);
             tracing::info!(job = %id, "acked");
+            if let Some((c, result)) = write {
+                // The job is done whatever happens here: a failed or refused (older fence)
+                // write-through is counted and logged, not reported as a failed ack.
+                if let Err(e) = super::cache::store_entry(
+                    &state,
+                    &c.key,
+                    result.model_id,
+                    result.vector,
+                    c.fence,
+                    c.ttl_ms,
+                )
+                .await
+                {
+                    tracing::warn!(job = %id, error = %e, "ack write-through to the cache failed");
+                }
+            }
             Ok(Json(AckResponse { id, first: true }))
         }
         AckOutcome::Repeated => Ok(Json(AckResponse { id, first: false })),
