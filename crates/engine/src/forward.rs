@@ -11,8 +11,9 @@
 //! All buffers live in [`Scratch`], sized once for `max_seq_len` tokens: a warm call allocates
 //! nothing.
 
+use crate::attention::attention;
 use crate::kernels::{scalar, Kernel};
-use crate::math::{exp, gelu, max, max_abs, round_half_away, sum_lanes, sum_sq_dev};
+use crate::math::{gelu, max_abs, round_half_away, sum_lanes, sum_sq_dev};
 use crate::model::{padded, BitMatrix, Weights};
 
 const LN_EPS: f32 = 1e-5;
@@ -73,7 +74,7 @@ impl Scratch {
         self.q.resize(t * padded(d.max(f)), 0);
         self.inv_s.resize(t, 0.0);
         self.acc.resize(t * (3 * d).max(f), 0);
-        self.scores.resize(t, 0.0);
+        self.scores.resize(4 * t, 0.0);
         self.pooled.resize(d, 0.0);
         self.tmp.resize(d.max(f), 0.0);
         self.kt.resize(t * d, 0.0);
@@ -160,7 +161,6 @@ pub fn forward(w: &Weights, kernel: Kernel, ids: &[u32], sc: &mut Scratch, out: 
     let f = usize::from(c.ffn_dim);
     let n = ids.len();
     let heads = usize::from(c.n_heads);
-    let dh = c.d_head();
     sc.reserve(w, n);
     let Scratch {
         x,
@@ -181,7 +181,6 @@ pub fn forward(w: &Weights, kernel: Kernel, ids: &[u32], sc: &mut Scratch, out: 
         w.embeddings
             .row_into(id as usize, &mut x[t * d..(t + 1) * d]);
     }
-    let scale = 1.0 / (dh as f32).sqrt();
     for layer in &w.layers {
         // Attention block.
         for t in 0..n {
@@ -192,34 +191,7 @@ pub fn forward(w: &Weights, kernel: Kernel, ids: &[u32], sc: &mut Scratch, out: 
             );
         }
         bit_linear(kernel, &layer.qkv, h, n, &mut qb, qkv);
-        let row = 3 * d;
-        for hd in 0..heads {
-            let (qo, ko, vo) = (hd * dh, d + hd * dh, 2 * d + hd * dh);
-            // Kᵀ of this head, so that the scores of one query are `dh` contiguous axpys.
-            for j in 0..n {
-                for (e, &v) in qkv[j * row + ko..j * row + ko + dh].iter().enumerate() {
-                    kt[e * n + j] = v;
-                }
-            }
-            for i in 0..n {
-                let sc = &mut scores[..n];
-                sc.fill(0.0);
-                for (e, &qv) in qkv[i * row + qo..i * row + qo + dh].iter().enumerate() {
-                    scalar::axpy(qv * scale, &kt[e * n..(e + 1) * n], sc);
-                }
-                let max = max(sc);
-                for v in sc.iter_mut() {
-                    *v = exp(*v - max);
-                }
-                let inv = 1.0 / sum_lanes(sc);
-                let ci = &mut ctx[i * d + qo..i * d + qo + dh];
-                ci.fill(0.0);
-                for j in 0..n {
-                    let vj = &qkv[j * row + vo..j * row + vo + dh];
-                    scalar::axpy(sc[j] * inv, vj, ci);
-                }
-            }
-        }
+        attention(qkv, n, d, heads, kt, scores, ctx);
         bit_linear(kernel, &layer.out, ctx, n, &mut qb, h);
         for (xi, hi) in x[..n * d].iter_mut().zip(&h[..n * d]) {
             *xi += hi;
