@@ -67,9 +67,9 @@ pub fn load_engine(
     let engine = match vocab {
         Some(v) => {
             let text = std::fs::read_to_string(v).map_err(|e| format!("{}: {e}", v.display()))?;
-            ternflow_engine::Engine::from_bytes_with_vocab(&bytes, &text)?
+            ternflow_engine::Engine::from_vec_with_vocab(bytes, &text)?
         }
-        None => ternflow_engine::Engine::from_bytes(&bytes)?,
+        None => ternflow_engine::Engine::from_vec(bytes)?,
     };
     Ok(engine)
 }
