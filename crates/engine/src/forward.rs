@@ -8,8 +8,9 @@
 //! Then final LN, mean pool over every token (`[CLS]` and `[SEP]` included), the fp32 projection
 //! and L2 normalisation (`e / max(‖e‖, 1e-12)`).
 //!
-//! All buffers live in [`Scratch`], sized once for `max_seq_len` tokens: a warm call allocates
-//! nothing.
+//! All buffers live in [`Scratch`], sized at construction for up to 128 tokens (grown once for
+//! models that accept more): a warm call allocates nothing (`tests/no_alloc.rs`). Attention is in
+//! [`crate::attention`], the integer products in [`crate::kernels`].
 
 use crate::attention::attention;
 use crate::kernels::{scalar, Kernel};
