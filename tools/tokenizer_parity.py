@@ -7,11 +7,13 @@ BertProcessing, truncation to 128 ids). It is `BertWordPieceTokenizer` minus the
 matching: ternflow treats "[PAD]" in input text as ordinary text, so the special tokens are not
 registered as added tokens here.
 
-Usage: python3 tools/tokenizer_parity.py [OUT.jsonl]
-(default crates/engine/tests/data/tokenizer_parity.jsonl; checked by
-`cargo test -p ternflow-engine --test tokenizer_parity`).
+Usage: [SEED=n] python3 tools/tokenizer_parity.py [OUT.jsonl]
+(default crates/engine/tests/data/tokenizer_parity.jsonl, checked by
+`cargo test -p ternflow-engine --test tokenizer_parity`; any other output, e.g. with another SEED,
+by `cargo run --release -p ternflow-engine --example tokenizer_check -- OUT.jsonl`).
 """
 import json
+import os
 import random
 import sys
 
@@ -33,7 +35,7 @@ def reference():
     return t
 
 
-rng = random.Random(20261129)
+rng = random.Random(int(os.environ.get("SEED", "20261129")))
 words = [w for w in open(VOCAB, encoding="utf-8").read().split("\n") if w.isalpha()]
 
 
