@@ -11,7 +11,7 @@ use futures_util::pin_mut;
 use crate::error::{Error, Result};
 use crate::keys::{cache_key, job_id};
 use crate::metrics::names;
-use crate::pipeline::{HeldLock, Pipeline, Ports};
+use crate::pipeline::{HeldLock, Pipeline, Ports, RemoteHint};
 use crate::ports::{Clock, JobSource, Locks};
 use crate::protocol::{
     AckCacheWrite, AckRequest, ClaimedJob, JobResult, NackRequest, NackResponse, ResultSource,
@@ -94,8 +94,20 @@ impl<P: Ports> Pipeline<P> {
     ) -> Result<ResultSource> {
         let lease_guards_key = job.id == job_id(&job.model_id, &job.text);
         let lease_fence = lease_guards_key.then_some(job.lease.fence);
+        let hint = match (&job.cached, job.cache_checked) {
+            (Some(e), _) => RemoteHint::Present(e.clone()),
+            (None, true) => RemoteHint::Absent,
+            (None, false) => RemoteHint::Unknown,
+        };
         let r = self
-            .resolve_with(&job.text, Some(&job.model_id), trace, held, lease_fence)
+            .resolve_with(
+                &job.text,
+                Some(&job.model_id),
+                trace,
+                held,
+                lease_fence,
+                hint,
+            )
             .await?;
         // The remote write-through of a lease-guarded job rides on its ack, fenced by the lease.
         let cache = (lease_guards_key && r.source != ResultSource::Remote).then(|| AckCacheWrite {

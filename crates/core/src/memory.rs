@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::error::{Error, Result};
-use crate::keys::job_id;
+use crate::keys::{cache_key, job_id};
 use crate::ports::{
     Clock, Embedder, JobSource, LocalCache, Locks, PutOutcome, RemoteCache, Wakeups,
 };
@@ -221,6 +221,8 @@ pub struct MemServer {
     clock: FakeClock,
     /// When set, every call fails with [`Error::Unreachable`].
     pub down: Rc<Cell<bool>>,
+    /// `GET`s of the remote cache served.
+    pub cache_gets: Rc<Cell<u32>>,
 }
 
 #[derive(Debug, Default)]
@@ -256,6 +258,7 @@ impl MemServer {
             })),
             clock,
             down: Rc::default(),
+            cache_gets: Rc::default(),
         }
     }
 
@@ -394,14 +397,18 @@ impl JobSource for MemServer {
             let j = s.jobs.get_mut(&id).expect("ready job exists");
             j.attempt += 1;
             j.lease = Some(lease.clone());
+            let (text, model_id, attempt) = (j.text.clone(), j.model_id.clone(), j.attempt);
+            let cached = s.cache.get(&cache_key(&model_id, &text)).cloned();
             out.push(ClaimedJob {
                 id: id.clone(),
-                text: j.text.clone(),
-                model_id: j.model_id.clone(),
-                attempt: j.attempt,
+                text,
+                model_id,
+                attempt,
                 traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
                 lease,
                 meta: None,
+                cache_checked: true,
+                cached,
             });
         }
         Ok(out)
@@ -464,6 +471,7 @@ impl JobSource for MemServer {
 impl RemoteCache for MemServer {
     async fn get(&self, key: &str, _trace: &str) -> Result<Option<CacheEntry>> {
         self.up()?;
+        self.cache_gets.set(self.cache_gets.get() + 1);
         Ok(self.inner.borrow().cache.get(key).cloned())
     }
     async fn put(&self, key: &str, put: &CachePut, _trace: &str) -> Result<PutOutcome> {

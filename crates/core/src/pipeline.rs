@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::keys::cache_key;
 use crate::metrics::{gauges, names, Metrics};
 use crate::ports::{Clock, Embedder, JobSource, LocalCache, Locks, PutOutcome, RemoteCache};
-use crate::protocol::{CachePut, LockGrant, ResultSource, Vector};
+use crate::protocol::{CacheEntry, CachePut, LockGrant, ResultSource, Vector};
 use crate::ratelimit::RateLimiter;
 use crate::retry::jittered_ttl_ms;
 use crate::rng::Rng;
@@ -48,6 +48,17 @@ pub struct Resolved {
     pub model_id: String,
     /// Which step produced it.
     pub source: ResultSource,
+}
+
+/// What the caller already knows of the remote cache for a text.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum RemoteHint {
+    /// Nothing: ask the remote cache.
+    Unknown,
+    /// The server looked when the job was claimed and had nothing.
+    Absent,
+    /// The server's entry at claim time.
+    Present(CacheEntry),
 }
 
 /// The lock currently held for a text, so the heartbeat can renew it.
@@ -183,8 +194,15 @@ impl<P: Ports> Pipeline<P> {
         model_id: Option<&str>,
         trace: &str,
     ) -> Result<Resolved> {
-        self.resolve_with(text, model_id, trace, &RefCell::new(None), None)
-            .await
+        self.resolve_with(
+            text,
+            model_id,
+            trace,
+            &RefCell::new(None),
+            None,
+            RemoteHint::Unknown,
+        )
+        .await
     }
 
     /// `lease_fence`: the fence of a job lease that already makes this worker the only one
@@ -198,6 +216,7 @@ impl<P: Ports> Pipeline<P> {
         trace: &str,
         held: &RefCell<Option<HeldLock>>,
         lease_fence: Option<u64>,
+        hint: RemoteHint,
     ) -> Result<Resolved> {
         self.validate(text)?;
         let model = match model_id.filter(|m| !m.is_empty()) {
@@ -216,7 +235,15 @@ impl<P: Ports> Pipeline<P> {
                 source: ResultSource::Local,
             });
         }
-        if let Some(v) = self.remote_get(&key, &model, trace).await {
+        let remote = match hint {
+            RemoteHint::Unknown => self.remote_get(&key, &model, trace).await,
+            RemoteHint::Absent => {
+                self.metrics.inc(names::REMOTE_MISSES);
+                None
+            }
+            RemoteHint::Present(e) => self.remote_entry(Some(e), &model),
+        };
+        if let Some(v) = remote {
             self.local_put(&key, &v).await;
             return Ok(Resolved {
                 vector: v,
@@ -353,16 +380,23 @@ impl<P: Ports> Pipeline<P> {
 
     async fn remote_get(&self, key: &str, model: &str, trace: &str) -> Option<Vec<f32>> {
         match self.remote.get(key, trace).await {
-            Ok(Some(e)) if e.model_id == model && e.expires_at > self.clock.now_ms() => {
+            Ok(e) => self.remote_entry(e, model),
+            Err(_) => {
+                self.metrics.inc("cache_remote_errors");
+                None
+            }
+        }
+    }
+
+    /// A remote entry as a hit (right model, not expired) or a miss.
+    fn remote_entry(&self, e: Option<CacheEntry>, model: &str) -> Option<Vec<f32>> {
+        match e {
+            Some(e) if e.model_id == model && e.expires_at > self.clock.now_ms() => {
                 self.metrics.inc(names::REMOTE_HITS);
                 Some(e.vector.0)
             }
-            Ok(_) => {
+            _ => {
                 self.metrics.inc(names::REMOTE_MISSES);
-                None
-            }
-            Err(_) => {
-                self.metrics.inc("cache_remote_errors");
                 None
             }
         }

@@ -147,6 +147,13 @@ pub struct ClaimedJob {
     /// Producer data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Value>,
+    /// Whether the server looked this job's text up in the remote cache when it was claimed
+    /// (then `cached` is the answer and the worker needs no `GET /v1/cache/{key}`).
+    #[serde(default)]
+    pub cache_checked: bool,
+    /// The remote cache's live entry for this job's text at claim time, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached: Option<CacheEntry>,
 }
 
 /// `POST /v1/jobs/claim` response (empty when the wait ran out).

@@ -68,7 +68,10 @@ impl<P: Ports> Pipeline<P> {
             if stopping && in_flight == 0 && !claim_pending {
                 break;
             }
-            if !stopping && want_claim && !claim_pending && in_flight < conc {
+            // Claim in batches: wait until half the slots are free (or none is busy), so one
+            // claim round trip serves several jobs instead of one per finished job.
+            let batch_ready = conc - in_flight >= conc.div_ceil(2) || in_flight == 0;
+            if !stopping && want_claim && !claim_pending && in_flight < conc && batch_ready {
                 let free = (conc - in_flight) as u32;
                 claim_pending = true;
                 want_claim = false;

@@ -219,7 +219,35 @@ fn job_is_acked_with_its_result() {
         .server
         .cache_entry(&cache_key(MODEL, "queued text"))
         .unwrap();
-    assert_eq!(entry.fence, job.lease.fence);
+    assert_eq!(entry.fence, job.lease.fence, "written through by the ack");
+    // The claim said the remote cache had nothing: no GET of our own.
+    assert!(job.cache_checked && job.cached.is_none());
+    assert_eq!(rig.server.cache_gets.get(), 0);
+}
+
+#[test]
+fn a_claim_carrying_the_cached_entry_is_a_remote_hit_without_a_get() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config::default());
+    rig.server.put_cache(
+        &cache_key(MODEL, "known"),
+        CacheEntry {
+            model_id: MODEL.into(),
+            vector: Vector(vec![0.6, 0.8]),
+            fence: 1,
+            expires_at: u64::MAX,
+        },
+    );
+    let id = rig.server.enqueue(MODEL, "known");
+    let job = rig.clock.run(rig.server.claim(1, 0)).unwrap().remove(0);
+    assert!(job.cached.is_some());
+    assert_eq!(
+        rig.clock.run(p.run_job(&job)),
+        JobOutcome::Done(ResultSource::Remote)
+    );
+    assert_eq!(rig.server.cache_gets.get(), 0);
+    assert_eq!(rig.engine.calls.get(), 0);
+    assert_eq!(rig.server.result(&id).unwrap().vector.0, vec![0.6, 0.8]);
 }
 
 #[test]

@@ -1017,3 +1017,47 @@ async fn ack_can_carry_the_cache_write_through() {
     assert_eq!(r.json["vector"], vector());
     assert_eq!(r.json["model_id"], "00000000deadbeef");
 }
+
+#[tokio::test]
+async fn claims_carry_the_cache_entry_of_the_text() {
+    let (state, _) = state_with(Config::default());
+    let app = app(state);
+    let model = "00000000deadbeef";
+    let key = ternflow_core::keys::cache_key(model, "cached text");
+    let r = call(
+        &app,
+        "PUT",
+        &format!("/v1/cache/{key}"),
+        Some(WORKER),
+        Some(json!({"model_id": model, "vector": vector(), "fence": 7})),
+    )
+    .await;
+    assert!(r.status.is_success(), "{:?}", r.json);
+    call(
+        &app,
+        "POST",
+        "/v1/jobs",
+        Some(PRODUCER),
+        Some(json!({"jobs": [{"text": "cached text", "model_id": model}, {"text": "fresh text", "model_id": model}]})),
+    )
+    .await;
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/claim",
+        Some(WORKER),
+        Some(json!({"worker": "w", "max": 2})),
+    )
+    .await;
+    let jobs = r.json["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2);
+    for j in jobs {
+        assert_eq!(j["cache_checked"], true);
+        if j["text"] == "cached text" {
+            assert_eq!(j["cached"]["fence"], 7);
+            assert_eq!(j["cached"]["vector"], vector());
+        } else {
+            assert!(j.get("cached").is_none(), "{j}");
+        }
+    }
+}

@@ -179,6 +179,23 @@ pub(crate) async fn claim(
             m.add(|c| &c.jobs_claimed, claimed.jobs.len() as u64);
             let mut jobs = claimed.jobs;
             for j in &mut jobs {
+                // Look the text up in the cache now, so the worker needs no GET of its own.
+                // Best effort: a failed lookup leaves `cache_checked` false and the worker asks.
+                let key = ternflow_core::keys::cache_key(&j.model_id, &j.text);
+                if let Ok(entry) = state.store.cache_get(&key, now).await {
+                    m.add(
+                        |c| {
+                            if entry.is_some() {
+                                &c.cache_hits
+                            } else {
+                                &c.cache_misses
+                            }
+                        },
+                        1,
+                    );
+                    j.cache_checked = true;
+                    j.cached = entry;
+                }
                 let span = format!("{:016x}", rand::random::<u64>().max(1));
                 j.traceparent = format!("00-{}-{span}-01", j.traceparent);
                 state.track_lease(&j.id, &j.lease.token, j.lease.expires_at);

@@ -594,6 +594,8 @@ impl Store for EmbeddedStore {
                     expires_at,
                 },
                 meta: j.meta.clone(),
+                cache_checked: false,
+                cached: None,
             });
             g.put_job(j);
         }

@@ -507,6 +507,8 @@ impl Store for RedisStore {
                     expires_at: parse(&c[7], "expiry")?,
                 },
                 meta: meta_of(&c[8])?,
+                cache_checked: false,
+                cached: None,
             });
         }
         Ok(Claimed {
