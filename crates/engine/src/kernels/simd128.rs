@@ -3,8 +3,8 @@
 //! four tokens and each activation load two rows (22 instructions per 64 multiply-adds).
 
 use core::arch::wasm32::{
-    i16x8_load_extend_i8x8, i32x4_add, i32x4_dot_i16x8, i32x4_extract_lane, i32x4_splat, v128,
-    v128_load,
+    i16x8_load_extend_i8x8, i32x4_add, i32x4_dot_i16x8, i32x4_extract_lane, i32x4_shuffle,
+    i32x4_splat, v128, v128_load,
 };
 
 #[inline(always)]
@@ -13,6 +13,24 @@ fn hsum(v: v128) -> i32 {
         .wrapping_add(i32x4_extract_lane::<1>(v))
         .wrapping_add(i32x4_extract_lane::<2>(v))
         .wrapping_add(i32x4_extract_lane::<3>(v))
+}
+
+/// The four horizontal sums of `a`, `b`, `c`, `d`, as the lanes of one vector (6 operations instead
+/// of 4 × 6).
+#[inline(always)]
+fn hsum4(a: v128, b: v128, c: v128, d: v128) -> v128 {
+    let ab = i32x4_add(
+        i32x4_shuffle::<0, 4, 1, 5>(a, b),
+        i32x4_shuffle::<2, 6, 3, 7>(a, b),
+    );
+    let cd = i32x4_add(
+        i32x4_shuffle::<0, 4, 1, 5>(c, d),
+        i32x4_shuffle::<2, 6, 3, 7>(c, d),
+    );
+    i32x4_add(
+        i32x4_shuffle::<0, 1, 4, 5>(ab, cd),
+        i32x4_shuffle::<2, 3, 6, 7>(ab, cd),
+    )
 }
 
 /// One `R` rows × `T` tokens block starting at row `r0`, token `t0`.
@@ -55,8 +73,16 @@ unsafe fn block<const R: usize, const T: usize>(
         k += 8;
     }
     for (i, ai) in a.iter().enumerate() {
-        for (j, &v) in ai.iter().enumerate() {
-            acc[(t0 + j) * rows + r0 + i] = hsum(v);
+        if T == 4 {
+            let sums = hsum4(ai[0], ai[1], ai[2], ai[3]);
+            acc[t0 * rows + r0 + i] = i32x4_extract_lane::<0>(sums);
+            acc[(t0 + 1) * rows + r0 + i] = i32x4_extract_lane::<1>(sums);
+            acc[(t0 + 2) * rows + r0 + i] = i32x4_extract_lane::<2>(sums);
+            acc[(t0 + 3) * rows + r0 + i] = i32x4_extract_lane::<3>(sums);
+        } else {
+            for (j, &v) in ai.iter().enumerate() {
+                acc[(t0 + j) * rows + r0 + i] = hsum(v);
+            }
         }
     }
 }
