@@ -213,15 +213,15 @@ fn fuzz_mutated_files_never_panic() {
     );
 }
 
-/// Random text of every kind (any code point, long runs, controls) never panics the tokenizer or
-/// the forward pass, and always gives `[CLS] … [SEP]` within the limit.
+/// Random text of every kind (any code point, long runs, controls) never panics the tokenizer (3000
+/// texts) or the forward pass (every tenth), and always gives `[CLS] … [SEP]` within the limit.
 #[test]
 fn fuzz_random_text_never_panics() {
     let mut rng = Rng::new(99);
     let mut engine = Engine::from_bytes(&generate(&tiny_config(EmbeddingFormat::Int4), 1)).unwrap();
     let mut out = vec![0f32; engine.output_dim()];
     for i in 0..3000 {
-        let len = rng.below(if i % 10 == 0 { 2000 } else { 60 });
+        let len = rng.below(if i % 100 == 0 { 2000 } else { 40 });
         let text: String = (0..len)
             .map(|_| match rng.below(4) {
                 0 => char::from(rng.below(128) as u8),
@@ -242,7 +242,9 @@ fn fuzz_random_text_never_panics() {
         let ids = engine.tokenize(&text);
         assert!(ids.len() >= 2 && ids.len() <= 128, "{} ids", ids.len());
         assert_eq!((ids[0], ids[ids.len() - 1]), (101, 102));
-        engine.embed_into(&text, &mut out);
-        assert!(out.iter().all(|v| v.is_finite()));
+        if i % 10 == 0 {
+            engine.embed_into(&text, &mut out);
+            assert!(out.iter().all(|v| v.is_finite()));
+        }
     }
 }
