@@ -18,6 +18,10 @@ ternary code 00=0, 01=+1, 10=-1 with element 4k+s in bits 2s..2s+1 of byte k; in
 even element, two's complement; BitLinear y = (acc + bias) / (w_scale * s) with
 s = 128 / max(max|LN(x)|, 1e-5), q = clamp(round_half_away_from_zero(LN(x) * s), -128, 127).
 """
+import os
+# one BLAS thread: small per-sentence matmuls on a busy 2-core box slow down 10x with threading
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 import argparse
 import hashlib
 import json
@@ -91,8 +95,9 @@ class Reader:
         return np.frombuffer(self.take(4 * n), "<f4").astype(np.float64)
 
     def ternary(self, rows, cols):
+        """Returns the codes as a float64 matrix (values -1, 0, +1) ready for exact matmuls."""
         n = rows * cols
-        return unpack_ternary(self.take((n + 3) // 4), n).reshape(rows, cols)
+        return unpack_ternary(self.take((n + 3) // 4), n).reshape(rows, cols).astype(np.float64)
 
 
 # ------------------------------------------------------------------------------------ loading
@@ -171,7 +176,7 @@ def bitlinear(x, w_t, w_scale, bias=None):
     xn = ln_noparam(x)
     s = 128.0 / np.maximum(np.abs(xn).max(-1, keepdims=True), 1e-5)
     q = np.clip(round_half_away(xn * s), -128, 127)
-    acc = q @ w_t.T.astype(x.dtype)              # exact integers
+    acc = q @ w_t.T                              # exact integers (|acc| <= 128 * in < 2^24)
     if bias is not None:
         acc = acc + bias
     return acc / (w_scale * s)

@@ -16,6 +16,10 @@ Printed per file:
   * when both the engine and the reference are available: their min cosine (parity).
 Results are also written to train/work/eval_results.json.
 """
+import os
+# one BLAS thread: small per-sentence matmuls on a busy 2-core box slow down 10x with threading
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 import argparse
 import json
 import os

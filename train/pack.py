@@ -16,6 +16,10 @@ bit-identical to what training used):
   embeddings, per row, value = code * scale: int8 scale = max|row|/127, int4 scale = max|row|/7,
   ternary scale = mean|row|; fp32 as is.
 """
+import os
+# one BLAS thread: small per-sentence matmuls on a busy 2-core box slow down 10x with threading
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 import argparse
 import hashlib
 import os
