@@ -363,17 +363,22 @@ impl RedisStore {
         let (events, _) = broadcast::channel(4_096);
         let channel = format!("{prefix}:events");
         let tx = events.clone();
-        // First subscription before returning, so no event published after `connect` is missed.
-        let first = client.get_async_pubsub().await.map_err(store_err)?;
+        // Subscribed (confirmed by Redis) before returning, so no event published after
+        // `connect` is missed.
+        let mut first = client.get_async_pubsub().await.map_err(store_err)?;
+        first.subscribe(&channel).await.map_err(store_err)?;
         let subscriber = tokio::spawn(async move {
             let mut next = Some(first);
             loop {
                 let pubsub = match next.take() {
                     Some(p) => Ok(p),
-                    None => client.get_async_pubsub().await,
+                    None => match client.get_async_pubsub().await {
+                        Ok(mut p) => p.subscribe(&channel).await.map(|()| p),
+                        Err(e) => Err(e),
+                    },
                 };
                 if let Ok(mut pubsub) = pubsub {
-                    if pubsub.subscribe(&channel).await.is_ok() {
+                    {
                         let mut stream = pubsub.on_message();
                         while let Some(msg) = stream.next().await {
                             let Ok(payload) = msg.get_payload::<String>() else {
