@@ -112,7 +112,39 @@ fn post_to_page(msg: &FromWorker) {
 }
 
 fn to_js(msg: &FromWorker) -> Result<JsValue, serde_wasm_bindgen::Error> {
+    if let FromWorker::Embedded { id, embeddings } = msg {
+        return Ok(embedded_to_js(*id, embeddings));
+    }
     msg.serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+}
+
+/// `Embedded` with each vector as a `Float32Array`: `postMessage` then copies one buffer per
+/// vector instead of cloning hundreds of numbers, and the page gets typed arrays directly.
+fn embedded_to_js(id: u32, embeddings: &[Embedding]) -> JsValue {
+    let set = |o: &js_sys::Object, k: &str, v: &JsValue| {
+        // Setting a property on a fresh plain object cannot fail.
+        let _ = js_sys::Reflect::set(o, &JsValue::from_str(k), v);
+    };
+    let list = js_sys::Array::new_with_length(embeddings.len() as u32);
+    for (i, e) in embeddings.iter().enumerate() {
+        let item = js_sys::Object::new();
+        set(
+            &item,
+            "vector",
+            &js_sys::Float32Array::from(e.vector.as_slice()).into(),
+        );
+        let source = serde_json::to_value(e.source)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        set(&item, "source", &JsValue::from_str(&source));
+        list.set(i as u32, item.into());
+    }
+    let o = js_sys::Object::new();
+    set(&o, "type", &JsValue::from_str("embedded"));
+    set(&o, "id", &JsValue::from(id));
+    set(&o, "embeddings", &list.into());
+    o.into()
 }
 
 fn request_id(msg: &ToWorker) -> u32 {

@@ -278,10 +278,11 @@ async fn lease_lost_mid_job_then_redelivered_and_done() {
     assert!(again.lease.fence > job.lease.fence);
     // The first worker finishes late: its ack is refused and it lets go.
     assert_eq!(p.run_job(&job).await, JobOutcome::LeaseLost);
-    // The second worker finds the vector the first one wrote through to the remote cache.
+    // The late worker's write-through rode on its refused ack, so nothing reached the remote
+    // cache from it: the lease holder embeds and acks.
     assert_eq!(
         other.run_job(&again).await,
-        JobOutcome::Done(ResultSource::Remote)
+        JobOutcome::Done(ResultSource::Engine)
     );
     assert_eq!(job_state(&ids[0]).await["state"], "done");
 }

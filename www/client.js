@@ -100,7 +100,10 @@ export class EmbeddingWorker extends EventTarget {
   async embedDetailed(texts) {
     await this.ready;
     const r = await this.#request({ type: "embed", texts });
-    return r.embeddings.map((e) => ({ vector: Float32Array.from(e.vector), source: e.source }));
+    return r.embeddings.map((e) => ({
+      vector: e.vector instanceof Float32Array ? e.vector : Float32Array.from(e.vector),
+      source: e.source,
+    }));
   }
 
   /** Starts queue mode: pull jobs from the server with at most `concurrency` in flight. */

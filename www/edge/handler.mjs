@@ -34,7 +34,7 @@ export function createHandler({ bindings, wasmModule, modelBytes }) {
     const r = await bindings.handle({ type: "embed", id: 1, texts: body.texts });
     if (r.type === "error") return error(r.code === "text_too_long" ? 413 : 400, r.code, r.message);
     return Response.json({
-      vectors: r.embeddings.map((e) => e.vector),
+      vectors: r.embeddings.map((e) => Array.from(e.vector)),
       sources: r.embeddings.map((e) => e.source),
     });
   };
