@@ -13,6 +13,8 @@
 //! - `relaxed` (wasm32 built with `+relaxed-simd`, not the default build):
 //!   `i32x4.relaxed_dot_i8x16_i7x16_add_s` on `w + 1`, minus `Σ q`.
 //! - `avx2` (x86-64, chosen at run time with `is_x86_feature_detected!`): `vpmovsxbw` + `vpmaddwd`.
+//! - `avx512` (cargo feature `avx512`, Rust ≥ 1.89; x86-64 with AVX-512 VNNI, chosen at run time):
+//!   `vpdpbusd` on `w + 1`, minus `Σ q`; rows whose stride is not a multiple of 64 use `avx2`.
 
 pub mod scalar;
 
@@ -24,6 +26,9 @@ pub mod relaxed;
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
+
+#[cfg(all(target_arch = "x86_64", feature = "avx512"))]
+pub mod avx512;
 
 /// Which implementation runs the integer matrix products.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +45,9 @@ pub enum Kernel {
     /// x86-64 AVX2 (only constructed after run-time detection).
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    /// x86-64 AVX-512 VNNI (feature `avx512`; only constructed after run-time detection).
+    #[cfg(all(target_arch = "x86_64", feature = "avx512"))]
+    Avx512Vnni,
 }
 
 impl Kernel {
@@ -54,6 +62,10 @@ impl Kernel {
             not(target_feature = "relaxed-simd")
         ))]
         return Self::Simd128;
+        #[cfg(all(target_arch = "x86_64", feature = "avx512"))]
+        if has_avx512_vnni() {
+            return Self::Avx512Vnni;
+        }
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             return Self::Avx2;
@@ -75,6 +87,10 @@ impl Kernel {
         if std::arch::is_x86_feature_detected!("avx2") {
             v.push(Self::Avx2);
         }
+        #[cfg(all(target_arch = "x86_64", feature = "avx512"))]
+        if has_avx512_vnni() {
+            v.push(Self::Avx512Vnni);
+        }
         v
     }
 
@@ -89,6 +105,8 @@ impl Kernel {
             Self::RelaxedSimd => "relaxed-simd",
             #[cfg(target_arch = "x86_64")]
             Self::Avx2 => "avx2",
+            #[cfg(all(target_arch = "x86_64", feature = "avx512"))]
+            Self::Avx512Vnni => "avx512-vnni",
         }
     }
 
@@ -119,8 +137,27 @@ impl Kernel {
             // SAFETY: `Avx2` is only returned by `best()` after `is_x86_feature_detected!("avx2")`,
             // and the shape was checked above.
             Self::Avx2 => unsafe { avx2::matmul(w, rows, q, n_tokens, stride, acc) },
+            #[cfg(all(target_arch = "x86_64", feature = "avx512"))]
+            // SAFETY: `Avx512Vnni` is only constructed after `has_avx512_vnni()` (which includes
+            // AVX2), and the shape was checked above.
+            Self::Avx512Vnni => unsafe {
+                if stride % 64 == 0 {
+                    avx512::matmul(w, rows, q, n_tokens, stride, acc)
+                } else {
+                    avx2::matmul(w, rows, q, n_tokens, stride, acc)
+                }
+            },
         }
     }
+}
+
+/// AVX-512 F + BW + VNNI (and AVX2, which every such CPU has) at run time.
+#[cfg(all(target_arch = "x86_64", feature = "avx512"))]
+fn has_avx512_vnni() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vnni")
+        && std::arch::is_x86_feature_detected!("avx2")
 }
 
 /// Checks every available kernel against the scalar reference on `cases` random shapes (many
