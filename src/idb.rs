@@ -61,6 +61,7 @@ pub struct IdbCache {
     /// An upper bound on the records stored (a put counts as one more even when it replaces):
     /// the exact count, one more IndexedDB request per put, is only taken near the bound.
     upper_bound: Cell<Option<u32>>,
+    last_expiry: Cell<Option<u64>>,
 }
 
 impl IdbCache {
@@ -84,6 +85,7 @@ impl IdbCache {
             max_entries: max_entries.max(1),
             evicted: Cell::new(0),
             upper_bound: Cell::new(None),
+            last_expiry: Cell::new(None),
         })
     }
 
@@ -214,9 +216,18 @@ fn decode(v: &JsValue) -> Result<Record, IdbError> {
     })
 }
 
+impl IdbCache {
+    /// The expiry (Unix ms) of the record the last successful [`LocalCache::get`] returned, so a
+    /// memory layer in front can keep the same deadline.
+    pub fn last_expiry(&self) -> Option<u64> {
+        self.last_expiry.get()
+    }
+}
+
 impl LocalCache for IdbCache {
     async fn get(&self, key: &str, now_ms: u64) -> ternflow_core::Result<Option<Vec<f32>>> {
         let now = now_ms as f64;
+        self.last_expiry.set(None);
         let Some(mut rec) = self.get_record(key).await? else {
             return Ok(None);
         };
@@ -228,6 +239,7 @@ impl LocalCache for IdbCache {
             rec.used_at = now;
             self.put_record(&rec).await?;
         }
+        self.last_expiry.set(Some(rec.expires_at as u64));
         Ok(Some(rec.vector))
     }
 

@@ -1,5 +1,7 @@
 //! The local cache a worker gets: IndexedDB where the global scope has it (browsers, Web
-//! Workers), otherwise a bounded in-memory LRU (edge isolates such as Cloudflare Workers, Node).
+//! Workers) behind a small in-memory LRU of hot entries (a repeated text is answered without an
+//! IndexedDB transaction; IndexedDB keeps everything across reloads), otherwise a bounded
+//! in-memory LRU alone (edge isolates such as Cloudflare Workers, Node).
 
 use ternflow_core::memory::MemLocal;
 use ternflow_core::ports::LocalCache;
@@ -8,11 +10,14 @@ use wasm_bindgen::JsValue;
 use crate::error::WorkerError;
 use crate::idb::IdbCache;
 
+/// Entries kept in memory in front of IndexedDB.
+pub const HOT_ENTRIES: usize = 2_048;
+
 /// IndexedDB, or memory where there is no IndexedDB.
 #[derive(Debug)]
 pub enum AnyLocal {
-    /// IndexedDB through rexie.
-    Idb(IdbCache),
+    /// IndexedDB through rexie, behind an in-memory LRU of hot entries.
+    Idb(IdbCache, MemLocal),
     /// In memory, for runtimes without IndexedDB (lost when the isolate ends).
     Memory(MemLocal),
 }
@@ -27,7 +32,8 @@ impl AnyLocal {
         let has_idb = js_sys::Reflect::get(&js_sys::global(), &JsValue::from_str("indexedDB"))
             .is_ok_and(|v| !v.is_undefined() && !v.is_null());
         if has_idb {
-            Ok(AnyLocal::Idb(IdbCache::open(name, max_entries).await?))
+            let hot = MemLocal::new(HOT_ENTRIES.min(max_entries as usize));
+            Ok(AnyLocal::Idb(IdbCache::open(name, max_entries).await?, hot))
         } else {
             Ok(AnyLocal::Memory(MemLocal::new(max_entries as usize)))
         }
@@ -36,7 +42,7 @@ impl AnyLocal {
     /// `"indexeddb"` or `"memory"`.
     pub fn kind(&self) -> &'static str {
         match self {
-            AnyLocal::Idb(_) => "indexeddb",
+            AnyLocal::Idb(..) => "indexeddb",
             AnyLocal::Memory(_) => "memory",
         }
     }
@@ -44,7 +50,7 @@ impl AnyLocal {
     /// The IndexedDB cache, if that is what this is.
     pub fn as_idb(&self) -> Option<&IdbCache> {
         match self {
-            AnyLocal::Idb(c) => Some(c),
+            AnyLocal::Idb(c, _) => Some(c),
             AnyLocal::Memory(_) => None,
         }
     }
@@ -53,7 +59,16 @@ impl AnyLocal {
 impl LocalCache for AnyLocal {
     async fn get(&self, key: &str, now_ms: u64) -> ternflow_core::Result<Option<Vec<f32>>> {
         match self {
-            AnyLocal::Idb(c) => c.get(key, now_ms).await,
+            AnyLocal::Idb(c, hot) => {
+                if let Some(v) = hot.get(key, now_ms).await? {
+                    return Ok(Some(v));
+                }
+                let v = c.get(key, now_ms).await?;
+                if let (Some(v), Some(exp)) = (&v, c.last_expiry()) {
+                    hot.put(key, v, exp, now_ms).await?;
+                }
+                Ok(v)
+            }
             AnyLocal::Memory(c) => c.get(key, now_ms).await,
         }
     }
@@ -66,14 +81,20 @@ impl LocalCache for AnyLocal {
         now_ms: u64,
     ) -> ternflow_core::Result<()> {
         match self {
-            AnyLocal::Idb(c) => c.put(key, vector, expires_at, now_ms).await,
+            AnyLocal::Idb(c, hot) => {
+                hot.put(key, vector, expires_at, now_ms).await?;
+                c.put(key, vector, expires_at, now_ms).await
+            }
             AnyLocal::Memory(c) => c.put(key, vector, expires_at, now_ms).await,
         }
     }
 
     async fn remove(&self, keys: &[String]) -> ternflow_core::Result<()> {
         match self {
-            AnyLocal::Idb(c) => c.remove(keys).await,
+            AnyLocal::Idb(c, hot) => {
+                hot.remove(keys).await?;
+                c.remove(keys).await
+            }
             AnyLocal::Memory(c) => c.remove(keys).await,
         }
     }
