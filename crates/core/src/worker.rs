@@ -6,7 +6,7 @@ use std::pin::Pin;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::job::JobOutcome;
 use crate::metrics::{gauges, names};
 use crate::pipeline::{Pipeline, Ports};
@@ -176,9 +176,8 @@ impl<P: Ports> Pipeline<P> {
                 retryable: true,
             },
         };
-        if let Err(e) = self.source.nack(id, &nack, "").await {
+        if self.source.nack(id, &nack, "").await.is_err() {
             // Unreachable: the lease expires and the server re-delivers.
-            let _: &Error = &e;
             self.metrics.inc("nack_failures");
         }
     }
