@@ -1061,3 +1061,59 @@ async fn claims_carry_the_cache_entry_of_the_text() {
         }
     }
 }
+
+#[tokio::test]
+async fn jobs_get_their_own_trace_unless_the_producer_sends_one() {
+    let (state, _) = state_with(Config::default());
+    let app = app(state);
+    call(
+        &app,
+        "POST",
+        "/v1/jobs",
+        Some(PRODUCER),
+        Some(json!({"jobs": [{"text": "t1"}, {"text": "t2"}]})),
+    )
+    .await;
+    let req = axum::http::Request::builder()
+        .method("POST")
+        .uri("/v1/jobs")
+        .header("authorization", format!("Bearer {PRODUCER}"))
+        .header("content-type", "application/json")
+        .header(
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        )
+        .body(axum::body::Body::from(
+            json!({"jobs": [{"text": "t3"}, {"text": "t4"}]}).to_string(),
+        ))
+        .unwrap();
+    let resp = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap();
+    assert!(resp.status().is_success());
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/claim",
+        Some(WORKER),
+        Some(json!({"worker": "w", "max": 4})),
+    )
+    .await;
+    let trace = |text: &str| {
+        let j = r.json["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["text"] == text)
+            .unwrap()
+            .clone();
+        j["traceparent"]
+            .as_str()
+            .unwrap()
+            .split('-')
+            .nth(1)
+            .unwrap()
+            .to_owned()
+    };
+    assert_ne!(trace("t1"), trace("t2"), "a trace per job");
+    assert_eq!(trace("t3"), "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(trace("t4"), "4bf92f3577b34da6a3ce929d0e0e4736");
+}

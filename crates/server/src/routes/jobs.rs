@@ -33,7 +33,9 @@ pub(crate) fn valid_id(id: &str) -> Result<()> {
     }
 }
 
-fn trace_id_from(headers: &HeaderMap) -> String {
+/// The producer's trace id (its `traceparent`), shared by every job of its request; `None`
+/// when it sent none, and then each job starts a trace of its own.
+fn trace_id_from(headers: &HeaderMap) -> Option<String> {
     headers
         .get("traceparent")
         .and_then(|v| v.to_str().ok())
@@ -45,7 +47,6 @@ fn trace_id_from(headers: &HeaderMap) -> String {
                 && parts[1] != "00000000000000000000000000000000")
                 .then(|| parts[1].to_ascii_lowercase())
         })
-        .unwrap_or_else(|| format!("{:032x}", rand::random::<u128>().max(1)))
 }
 
 pub(crate) async fn publish_depth(state: &AppState) {
@@ -126,7 +127,9 @@ pub(crate) async fn enqueue(
             priority,
             available_at: now + delay,
             meta: j.meta,
-            trace_id: trace_id.clone(),
+            trace_id: trace_id
+                .clone()
+                .unwrap_or_else(|| format!("{:032x}", rand::random::<u128>().max(1))),
         });
     }
     let out = state.store.enqueue(records, now).await?;
