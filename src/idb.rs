@@ -138,7 +138,9 @@ impl IdbCache {
     pub async fn get_record(&self, key: &str) -> Result<Option<Record>, IdbError> {
         let tx = self.db.transaction(&[STORE], TransactionMode::ReadOnly)?;
         let value = tx.store(STORE)?.get(JsValue::from_str(key)).await?;
-        tx.done().await?;
+        // A read-only transaction with nothing left to do completes by itself: waiting for its
+        // `complete` event would only add a round trip to every hit.
+        drop(tx);
         match value {
             Some(v) if v.is_object() => Ok(Some(decode(&v)?)),
             _ => Ok(None),
