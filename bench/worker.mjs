@@ -132,7 +132,7 @@ try {
   const g = r.stats.gauges;
   console.log(`chromium ${browser.version()}, model ${r.raw.modelId}, n=${args.n}, 1 worker, concurrency ${args.concurrency}`);
   console.log(`bare engine in a worker: ${rawRate.toFixed(1)} embeds/s`);
-  console.log(`end-to-end queue (claim, caches, lock, embed, write-through, ack; 0% hits): ${queueRate.toFixed(1)} jobs/s = ${((100 * queueRate) / rawRate).toFixed(1)}% of bare engine`);
+  console.log(`end-to-end queue (claim, local cache, embed, local write, ack carrying the remote write; 0% hits): ${queueRate.toFixed(1)} jobs/s = ${((100 * queueRate) / rawRate).toFixed(1)}% of bare engine`);
   console.log(`local miss (embed + IndexedDB write): median ${r.missMedian.toFixed(3)} ms`);
   console.log(`local hit, same worker (memory layer over IndexedDB): median ${r.hitMedian.toFixed(3)} ms = ${(r.missMedian / r.hitMedian).toFixed(1)}x faster than a miss`);
   console.log(`local hit after a reload (read from IndexedDB): median ${r.idbHitMedian.toFixed(3)} ms = ${(r.missMedian / r.idbHitMedian).toFixed(1)}x faster than a miss`);

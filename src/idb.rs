@@ -9,7 +9,6 @@
 use std::cell::Cell;
 
 use rexie::{Index, ObjectStore, Rexie, TransactionMode};
-use serde::{Deserialize, Serialize};
 use ternflow_core::ports::LocalCache;
 use wasm_bindgen::JsValue;
 
@@ -30,7 +29,7 @@ pub enum IdbError {
     Rexie(#[from] rexie::Error),
     /// A stored record did not have the expected shape.
     #[error("indexeddb record: {0}")]
-    Decode(#[from] serde_wasm_bindgen::Error),
+    Decode(String),
 }
 
 impl From<IdbError> for ternflow_core::Error {
@@ -40,7 +39,7 @@ impl From<IdbError> for ternflow_core::Error {
 }
 
 /// One cached vector.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Record {
     /// The cache key (model id + text hash).
     pub key: String,
@@ -201,7 +200,7 @@ fn decode(v: &JsValue) -> Result<Record, IdbError> {
     use wasm_bindgen::JsCast;
     let get =
         |k: &str| js_sys::Reflect::get(v, &JsValue::from_str(k)).unwrap_or(JsValue::UNDEFINED);
-    let bad = |what: &str| IdbError::Decode(serde_wasm_bindgen::Error::new(what));
+    let bad = |what: &str| IdbError::Decode(what.to_owned());
     let vector = get("vector")
         .dyn_into::<js_sys::Float32Array>()
         .map_err(|_| bad("vector is not a Float32Array"))?

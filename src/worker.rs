@@ -53,6 +53,13 @@ pub async fn browser_pipeline(
     db_name: &str,
     max_local_entries: u32,
 ) -> Result<Pipeline<Browser>, WorkerError> {
+    let mut cfg = cfg;
+    if cfg.seed == 0 {
+        // Entropy from the platform: workers started in the same millisecond (several tabs, or
+        // a fleet of isolates) must not share jitter or trace ids.
+        cfg.seed =
+            (js_sys::Math::random() * 9_007_199_254_740_992.0) as u64 ^ BrowserClock.now_ms();
+    }
     let client = HttpClient::new(
         server.map(|s| s.url.as_str()),
         server.map_or("", |s| s.token.as_str()),
@@ -271,15 +278,7 @@ async fn start(concurrency: Option<u32>) -> Result<(), WorkerError> {
             concurrency: c,
             ..p.cfg.clone()
         };
-        let server = p.source.base().map(|url| ServerOptions {
-            url,
-            token: p.source.token().to_owned(),
-        });
-        let engine = STATE.with(|s| s.borrow().engine.clone());
-        let (db, max_local) = db_settings();
-        let fresh = browser_pipeline(server.as_ref(), engine, cfg, &db, max_local).await?;
-        p = Rc::new(fresh);
-        STATE.with(|s| s.borrow_mut().pipeline = Some(p.clone()));
+        p = rebuild(&p, cfg).await?;
     }
     let Some(base) = p.source.base() else {
         return Err(WorkerError::BadMessage("queue mode needs a server".into()));
@@ -329,13 +328,19 @@ async fn stop(deadline_ms: u64) -> Result<Summary, WorkerError> {
     let summary = running.done.await.unwrap_or_default();
     running.wake.close();
     // A stopped pipeline cannot be restarted: replace it with a fresh one (same settings).
+    rebuild(&p, p.cfg.clone()).await?;
+    Ok(summary)
+}
+
+/// A new pipeline on `p`'s server, engine and database with settings `cfg`, made current.
+async fn rebuild(p: &Pipeline<Browser>, cfg: Config) -> Result<Rc<Pipeline<Browser>>, WorkerError> {
     let server = p.source.base().map(|url| ServerOptions {
         url,
         token: p.source.token().to_owned(),
     });
     let engine = STATE.with(|s| s.borrow().engine.clone());
     let (db, max_local) = db_settings();
-    let fresh = browser_pipeline(server.as_ref(), engine, p.cfg.clone(), &db, max_local).await?;
-    STATE.with(|s| s.borrow_mut().pipeline = Some(Rc::new(fresh)));
-    Ok(summary)
+    let fresh = Rc::new(browser_pipeline(server.as_ref(), engine, cfg, &db, max_local).await?);
+    STATE.with(|s| s.borrow_mut().pipeline = Some(fresh.clone()));
+    Ok(fresh)
 }

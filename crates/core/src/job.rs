@@ -58,9 +58,6 @@ impl<P: Ports> Pipeline<P> {
         trace: &str,
         held: &RefCell<Option<HeldLock>>,
     ) -> JobOutcome {
-        if let Err(e) = self.validate(&job.text) {
-            return self.give_back(job, &e, trace).await;
-        }
         let mut tries = 0;
         loop {
             tries += 1;
