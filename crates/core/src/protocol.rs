@@ -116,6 +116,11 @@ pub struct ClaimRequest {
     /// Long-poll: wait up to this long for work when none is ready (0 = answer at once).
     #[serde(default)]
     pub wait_ms: u64,
+    /// The model the worker embeds with. A job enqueued without a model id (on a server with
+    /// no model of its own) is handed out with this one filled in, so the worker's result and
+    /// its cache key name the model that really produced the vector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_id: Option<String>,
 }
 
 /// A lease on a job: proof of ownership until `expires_at`.
@@ -166,6 +171,14 @@ pub struct ClaimResponse {
 /// `POST /v1/jobs/{id}/heartbeat` body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeartbeatRequest {
+    /// The lease token.
+    pub token: String,
+}
+
+/// `POST /v1/jobs/{id}/release` body: hand a lease back without using an attempt (a worker
+/// stopping before it finished the job).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseRequest {
     /// The lease token.
     pub token: String,
 }

@@ -13,26 +13,31 @@
 //! - [`auth`]: bearer tokens and roles.
 //! - [`clock`]: the injected [`Clock`] (system or fake).
 //! - [`state`]: [`AppState`], shared by every handler.
-//! - [`store`]: the [`Store`] trait, the embedded store, the Redis store and their conformance
-//!   suite.
+//! - [`store`]: the store traits ([`QueueStore`], [`CacheStore`], [`LockStore`], [`EventBus`];
+//!   a [`Store`] is all four), the SQLite store (default), the in-memory store, the Redis store
+//!   and their conformance suite.
 //! - [`sse`]: the event hub (ring buffer for `Last-Event-ID`, wake-ups for long polls).
 //! - [`embed`]: the [`Embedder`] trait, the engine behind it and the request batcher.
 //! - [`metrics`]: counters, histogram and worker snapshots as Prometheus text.
+//! - `cache`, `queue`: the cache and queue rules the routes share (routes never import each
+//!   other).
 //! - `routes/`: one file per route family (`jobs`, `dlq`, `events`, `cache`, `locks`, `embed`,
 //!   `metrics`); `routes/mod.rs` assembles the router and its layers (auth, CORS, body limit).
-//! - `json`: the JSON extractor whose rejections become protocol errors.
+//! - `extract`: the JSON, path and query extractors whose rejections are protocol errors.
 
 use std::future::Future;
 
 use tokio::net::TcpListener;
 
 pub mod auth;
+mod cache;
 pub mod clock;
 pub mod config;
 pub mod embed;
 pub mod error;
-mod json;
+mod extract;
 pub mod metrics;
+mod queue;
 mod routes;
 pub mod sse;
 pub mod state;
@@ -44,9 +49,10 @@ pub use config::Config;
 pub use embed::{Embedder, EngineEmbedder, HashEmbedder};
 pub use error::{Error, Result};
 pub use state::AppState;
-pub use store::embedded::{EmbeddedStore, Fsync};
+pub use store::memory::MemoryStore;
 pub use store::redis::RedisStore;
-pub use store::Store;
+pub use store::sqlite::{SqliteStore, Synchronous};
+pub use store::{CacheStore, EventBus, LockStore, QueueStore, Store};
 
 /// The router over `state`: every route with its auth, CORS and body-limit layers.
 pub fn app(state: AppState) -> axum::Router {
@@ -54,8 +60,8 @@ pub fn app(state: AppState) -> axum::Router {
 }
 
 /// Serves `state` on `listener` until `shutdown` resolves, then stops taking requests, ends SSE
-/// streams and long polls, lets in-flight requests finish, and hands every lease this process
-/// gave out back to the queue.
+/// streams and long polls, and lets in-flight requests finish. Leases live in the store, so
+/// workers keep them across a restart (they expire only by time).
 ///
 /// # Errors
 /// I/O errors from the listener.
@@ -64,6 +70,7 @@ pub async fn run(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    state.start_sweeper();
     let st = state.clone();
     axum::serve(listener, app(state.clone()))
         .with_graceful_shutdown(async move {
@@ -72,6 +79,5 @@ pub async fn run(
             st.begin_shutdown();
         })
         .await?;
-    state.release_leases().await;
     Ok(())
 }

@@ -36,11 +36,14 @@ counters! {
     jobs_redriven: "Dead letters re-queued.",
     leases_expired: "Leases that expired and were re-delivered.",
     leases_lost: "Heartbeats, acks and nacks refused for a stale token.",
-    leases_released: "Leases handed back at shutdown.",
+    leases_released: "Leases handed back by stopping workers (no attempt used).",
     cache_hits: "Remote cache hits.",
     cache_misses: "Remote cache misses.",
     cache_puts: "Remote cache writes.",
     cache_stale_puts: "Remote cache writes refused for an older fence.",
+    cache_unfenced_puts: "Remote cache writes refused because the server never issued their fence for that key.",
+    cache_swept: "Expired cache entries and locks removed by the sweeper.",
+    requests_limited: "Requests refused by the per-token rate limit.",
     lock_acquired: "Locks granted.",
     lock_contended: "Lock requests refused because the lock was held.",
     lock_released: "Locks released by their holder.",
@@ -56,6 +59,8 @@ pub const LATENCY_BUCKETS_MS: [f64; 12] = [
 ];
 
 const MAX_WORKERS: usize = 1_000;
+/// A worker that has not reported for this long drops out of the table (ms).
+pub const WORKER_QUIET_MS: u64 = 5 * 60_000;
 const MAX_SERIES_PER_WORKER: usize = 64;
 
 /// See the [module docs](self).
@@ -67,7 +72,8 @@ pub struct Metrics {
     latency_count: AtomicU64,
     latency_sum_us: AtomicU64,
     acks_per_second: Mutex<VecDeque<(u64, u64)>>,
-    workers: Mutex<BTreeMap<String, WorkerMetrics>>,
+    /// Worker name → (latest snapshot, when it arrived).
+    workers: Mutex<BTreeMap<String, (WorkerMetrics, u64)>>,
 }
 
 fn inc(c: &AtomicU64, n: u64) {
@@ -123,8 +129,10 @@ impl Metrics {
     }
 
     /// Folds in a worker's snapshot (replacing its previous one). Bounded: at most 1 000
-    /// workers and 64 series each; names are reduced to `[a-z0-9_]`.
-    pub fn push_worker(&self, mut snap: WorkerMetrics) -> bool {
+    /// workers and 64 series each; names are reduced to `[a-z0-9_]`. Snapshots older than
+    /// [`WORKER_QUIET_MS`] are dropped; when the table is still full, the worker heard from
+    /// least recently makes room, so a new worker is never refused.
+    pub fn push_worker(&self, mut snap: WorkerMetrics, now_ms: u64) {
         snap.worker = snap.worker.chars().take(64).collect();
         snap.counters = snap
             .counters
@@ -141,18 +149,25 @@ impl Metrics {
             .collect();
         let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
         if w.len() >= MAX_WORKERS && !w.contains_key(&snap.worker) {
-            return false;
+            w.retain(|_, (_, seen)| seen.saturating_add(WORKER_QUIET_MS) > now_ms);
+            if w.len() >= MAX_WORKERS {
+                let oldest = w
+                    .iter()
+                    .min_by_key(|(_, (_, seen))| *seen)
+                    .map(|(k, _)| k.clone());
+                if let Some(k) = oldest {
+                    w.remove(&k);
+                }
+            }
         }
-        w.insert(snap.worker.clone(), snap);
-        true
+        w.insert(snap.worker.clone(), (snap, now_ms));
     }
 
-    /// The latest snapshot of every worker.
-    pub fn workers(&self) -> BTreeMap<String, WorkerMetrics> {
-        self.workers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    /// The latest snapshot of every worker heard from within [`WORKER_QUIET_MS`].
+    pub fn workers(&self, now_ms: u64) -> BTreeMap<String, WorkerMetrics> {
+        let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        w.retain(|_, (_, seen)| seen.saturating_add(WORKER_QUIET_MS) > now_ms);
+        w.iter().map(|(k, (m, _))| (k.clone(), m.clone())).collect()
     }
 
     /// Prometheus text exposition.
@@ -218,7 +233,7 @@ impl Metrics {
             self.latency_sum_us.load(Ordering::Relaxed) as f64 / 1e6
         );
         let _ = writeln!(out, "ternflow_embed_latency_seconds_count {count}");
-        let workers = self.workers();
+        let workers = self.workers(now_ms);
         if !workers.is_empty() {
             let _ = writeln!(
                 out,
@@ -293,7 +308,7 @@ mod tests {
         };
         snap.counters.insert("Jobs Done".into(), 7);
         snap.gauges.insert("in_flight".into(), 2.0);
-        assert!(m.push_worker(snap));
+        m.push_worker(snap, 0);
         let text = m.render(
             QueueDepth {
                 ready: 4,
@@ -308,6 +323,28 @@ mod tests {
         assert!(text.contains("ternflow_embed_latency_seconds_bucket{le=\"0.002\"} 0\n"));
         assert!(text.contains("ternflow_worker_counter{worker=\"w\\\"1\",name=\"jobs_done\"} 7\n"));
         assert!(text.contains("ternflow_worker_gauge{worker=\"w\\\"1\",name=\"in_flight\"} 2\n"));
+    }
+
+    #[test]
+    fn worker_table_is_bounded_and_forgets_quiet_workers() {
+        let m = Metrics::default();
+        let snap = |name: String| WorkerMetrics {
+            worker: name,
+            ..Default::default()
+        };
+        for i in 0..MAX_WORKERS {
+            m.push_worker(snap(format!("w{i}")), i as u64);
+        }
+        // The 1 001st worker is accepted; the one heard from least recently makes room.
+        m.push_worker(snap("late".into()), 5_000);
+        let w = m.workers(5_000);
+        assert_eq!(w.len(), MAX_WORKERS);
+        assert!(w.contains_key("late"));
+        assert!(!w.contains_key("w0"));
+        // After a quiet period only the workers still reporting are listed.
+        m.push_worker(snap("late".into()), 10 * WORKER_QUIET_MS);
+        let w = m.workers(10 * WORKER_QUIET_MS);
+        assert_eq!(w.keys().collect::<Vec<_>>(), ["late"]);
     }
 
     #[test]

@@ -13,7 +13,10 @@ use crate::metrics::Metrics;
 use crate::sse::Hub;
 use crate::store::Store;
 
-const LEASE_TABLE_PRUNE_AT: usize = 100_000;
+/// How often expired cache entries and locks are swept.
+pub const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+/// Most entries (and most locks) removed per sweep.
+const SWEEP_BATCH: usize = 10_000;
 
 /// A model file's bytes, shared without copying into every response.
 #[derive(Clone, Debug)]
@@ -38,8 +41,6 @@ pub struct AppState {
     pub(crate) default_model_id: Arc<str>,
     /// The model file served at `GET /v1/model`.
     pub(crate) model_file: Option<ModelFile>,
-    /// Leases this process handed out and that are not finished through it: id → (token, expiry).
-    leases: Arc<Mutex<HashMap<String, (String, u64)>>>,
     /// Locks this process granted: key → (token, expiry), for the held/leaked figures.
     locks: Arc<Mutex<HashMap<String, (String, u64)>>>,
     shutdown: Arc<watch::Sender<bool>>,
@@ -72,10 +73,30 @@ impl AppState {
             embed: None,
             default_model_id: Arc::from(""),
             model_file: None,
-            leases: Arc::default(),
             locks: Arc::default(),
             shutdown: Arc::new(shutdown),
         }
+    }
+
+    /// Every [`SWEEP_EVERY`], removes expired cache entries and locks from the store (Redis
+    /// expires them itself), until shutdown.
+    pub(crate) fn start_sweeper(&self) {
+        let store = self.store.clone();
+        let clock = self.clock.clone();
+        let metrics = self.metrics.clone();
+        let mut stop = self.shutdown.subscribe();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(SWEEP_EVERY) => {}
+                    _ = stop.changed() => return,
+                }
+                match store.sweep(clock.now_ms(), SWEEP_BATCH).await {
+                    Ok(n) => metrics.add(|c| &c.cache_swept, n),
+                    Err(e) => tracing::warn!(error = %e, "sweep of expired entries failed"),
+                }
+            }
+        });
     }
 
     /// Uses `clock` for every time decision (tests pass a [`crate::clock::FakeClock`]).
@@ -119,22 +140,6 @@ impl AppState {
 
     pub(crate) fn now(&self) -> u64 {
         self.clock.now_ms()
-    }
-
-    pub(crate) fn track_lease(&self, id: &str, token: &str, expires_at: u64) {
-        let now = self.now();
-        let mut l = self.leases.lock().unwrap_or_else(|p| p.into_inner());
-        if l.len() >= LEASE_TABLE_PRUNE_AT {
-            l.retain(|_, (_, exp)| *exp > now);
-        }
-        l.insert(id.to_owned(), (token.to_owned(), expires_at));
-    }
-
-    pub(crate) fn forget_lease(&self, id: &str) {
-        self.leases
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
     }
 
     pub(crate) fn track_lock(&self, key: &str, token: &str, expires_at: u64) {
@@ -181,30 +186,5 @@ impl AppState {
     pub fn begin_shutdown(&self) {
         self.shutdown.send_replace(true);
         self.hub.wake_all();
-    }
-
-    /// Hands every lease this process gave out (and that is still held) back to the queue.
-    /// Returns how many were handed back.
-    pub async fn release_leases(&self) -> usize {
-        let leases: Vec<(String, (String, u64))> = self
-            .leases
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain()
-            .collect();
-        let now = self.now();
-        let mut n = 0;
-        for (id, (token, _)) in leases {
-            match self.store.release(&id, &token, now).await {
-                Ok(true) => n += 1,
-                Ok(false) => {}
-                Err(e) => tracing::warn!(%id, error = %e, "could not hand a lease back"),
-            }
-        }
-        if n > 0 {
-            self.metrics.add(|c| &c.leases_released, n as u64);
-            tracing::info!(released = n, "handed leases back");
-        }
-        n
     }
 }

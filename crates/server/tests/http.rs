@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use common::{call, call_raw, state_with, ADMIN, PRODUCER, WORKER};
+use common::{call, call_raw, lock_fence, state_with, ADMIN, PRODUCER, WORKER};
 use serde_json::{json, Value};
 use ternflow_core::codec::encode_vector;
-use ternflow_server::{app, AppState, Config, EmbeddedStore, Embedder};
+use ternflow_server::{app, AppState, Config, Embedder, MemoryStore};
 
 fn vector() -> String {
     encode_vector(&[0.5, 0.25])
@@ -379,44 +379,89 @@ async fn nack_backoff_dead_letter_and_redrive() {
 async fn cache_fences_and_invalidation() {
     let (state, clock) = state_with(Config::default());
     let app = app(state);
-    let key = "00000000deadbeef:abc";
-    let put = |fence: u64| json!({"model_id": "00000000deadbeef", "vector": vector(), "fence": fence, "ttl_ms": 10_000});
+    let model = "00000000deadbeef";
+    let key = ternflow_core::keys::cache_key(model, "some text");
+    let key = key.as_str();
+    let put = |fence: u64| json!({"model_id": model, "vector": vector(), "fence": fence, "ttl_ms": 10_000});
     let r = call(&app, "GET", &format!("/v1/cache/{key}"), Some(WORKER), None).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
+    // A fence the server never issued for this key (here the largest u64) is refused, so it
+    // cannot lock honest writers out for the entry's TTL.
     let r = call(
         &app,
         "PUT",
         &format!("/v1/cache/{key}"),
         Some(WORKER),
-        Some(put(5)),
+        Some(put(u64::MAX)),
     )
     .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+    assert_eq!(error_code(&r.json), "bad_fence");
+    let lock = lock_fence(&app, key).await;
+    let r = call(
+        &app,
+        "PUT",
+        &format!("/v1/cache/{key}"),
+        Some(WORKER),
+        Some(put(lock)),
+    )
+    .await;
+    assert_eq!(
+        r.status,
+        StatusCode::CREATED,
+        "the honest holder after the forgery: {}",
+        r.text
+    );
     let exp = r.json["expires_at"].as_u64().unwrap();
     assert!(
         (1_010_000..=1_011_000).contains(&exp),
         "ttl + ≤10 % jitter: {exp}"
     );
+    // A job lease on the same text (a newer fence) writes through its ack...
+    call(
+        &app,
+        "POST",
+        "/v1/jobs",
+        Some(PRODUCER),
+        Some(json!({"jobs": [{"id": "j", "text": "some text", "model_id": model}]})),
+    )
+    .await;
+    let c = call(
+        &app,
+        "POST",
+        "/v1/jobs/claim",
+        Some(WORKER),
+        Some(json!({"worker": "w", "max": 1})),
+    )
+    .await;
+    let lease = c.json["jobs"][0]["lease"].clone();
+    let newer = lease["fence"].as_u64().unwrap();
+    assert!(newer > lock);
+    let mut body = ack_body(lease["token"].as_str().unwrap());
+    body["cache"] = json!({"key": key, "fence": 0, "ttl_ms": 10_000});
+    let r = call(&app, "POST", "/v1/jobs/j/ack", Some(WORKER), Some(body)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    // ...so the lock holder, still live, now holds an older fence.
     let r = call(
         &app,
         "PUT",
         &format!("/v1/cache/{key}"),
         Some(WORKER),
-        Some(put(3)),
+        Some(put(lock)),
     )
     .await;
     assert_eq!(r.status, StatusCode::CONFLICT);
     assert_eq!(error_code(&r.json), "stale_fence");
     assert_eq!(
-        r.json["entry"]["fence"], 5,
-        "the body carries the stored entry"
+        r.json["entry"]["fence"], newer,
+        "the body carries the stored entry, fenced with the lease's fence (not the body's 0)"
     );
     let r = call(&app, "GET", &format!("/v1/cache/{key}"), Some(WORKER), None).await;
     assert_eq!(
         (r.status, r.json["fence"].clone()),
-        (StatusCode::OK, json!(5))
+        (StatusCode::OK, json!(newer))
     );
-    let bad = json!({"model_id": "ffffffffffffffff", "vector": vector(), "fence": 9});
+    let bad = json!({"model_id": "ffffffffffffffff", "vector": vector(), "fence": lock});
     let r = call(
         &app,
         "PUT",
@@ -435,17 +480,19 @@ async fn cache_fences_and_invalidation() {
     )
     .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    clock.advance(12_000);
+    clock.advance(40_000);
     let r = call(&app, "GET", &format!("/v1/cache/{key}"), Some(WORKER), None).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND, "expired");
-    call(
+    let fresh = lock_fence(&app, key).await;
+    let r = call(
         &app,
         "PUT",
         &format!("/v1/cache/{key}"),
         Some(WORKER),
-        Some(put(1)),
+        Some(put(fresh)),
     )
     .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
     let r = call(
         &app,
         "DELETE",
@@ -654,7 +701,7 @@ impl Embedder for SlowEmbedder {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embed_queue_full_is_429_with_retry_after() {
     let state = AppState::new(
-        Arc::new(EmbeddedStore::in_memory()),
+        Arc::new(MemoryStore::new()),
         common::tokens(),
         Config {
             embed_queue: 1,
@@ -697,7 +744,7 @@ async fn embed_queue_full_is_429_with_retry_after() {
 #[tokio::test]
 async fn no_model_is_503() {
     let state = AppState::new(
-        Arc::new(EmbeddedStore::in_memory()),
+        Arc::new(MemoryStore::new()),
         common::tokens(),
         Config::default(),
     );
@@ -716,7 +763,7 @@ async fn no_model_is_503() {
 #[tokio::test]
 async fn long_poll_claim_is_woken_by_enqueue() {
     let state = AppState::new(
-        Arc::new(EmbeddedStore::in_memory()),
+        Arc::new(MemoryStore::new()),
         common::tokens(),
         Config::default(),
     );
@@ -869,9 +916,9 @@ async fn openapi_lists_exactly_the_routes_served() {
             served += 1;
         }
     }
-    // 22 operations in the router (routes/mod.rs), the SSE route checked elsewhere.
+    // 23 operations in the router (routes/mod.rs), the SSE route checked elsewhere.
     assert_eq!(
-        served, 21,
+        served, 22,
         "the document lists every operation the router serves"
     );
 }
@@ -885,7 +932,7 @@ async fn embed_with_the_real_engine() {
     let model_id = embedder.model_id();
     assert_eq!(model_id, reference.model_id());
     let state = AppState::new(
-        Arc::new(EmbeddedStore::in_memory()),
+        Arc::new(MemoryStore::new()),
         common::tokens(),
         Config::default(),
     )
@@ -934,7 +981,7 @@ async fn model_file_is_served_with_its_id() {
     let embedder = ternflow_server::EngineEmbedder::from_bytes(&file).unwrap();
     let model_id = embedder.model_id();
     let state = AppState::new(
-        Arc::new(EmbeddedStore::in_memory()),
+        Arc::new(MemoryStore::new()),
         common::tokens(),
         Config::default(),
     )
@@ -988,30 +1035,27 @@ async fn ack_can_carry_the_cache_write_through() {
         )
     };
 
-    // A write whose key names another model refuses the whole request: the job stays leased.
+    // A write for another key than the job's text (here another model's) is dropped, and the
+    // job is still done: a write-through never fails the ack.
     let (tok_b, fence_b) = lease("b");
     let mut bad = ack_body(&tok_b);
     bad["cache"] = json!({"key": "other:k", "fence": fence_b});
     let r = call(&app, "POST", "/v1/jobs/b/ack", Some(WORKER), Some(bad)).await;
-    assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert_eq!(error_code(&r.json), "model_mismatch");
+    assert_eq!(r.status, StatusCode::OK);
     let r = call(&app, "GET", "/v1/jobs/b", Some(WORKER), None).await;
-    assert_eq!(r.json["state"], "leased");
+    assert_eq!(r.json["state"], "done");
+    let r = call(&app, "GET", "/v1/cache/other:k", Some(WORKER), None).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
 
-    // A good one stores the result under the key with the lease's fence.
+    // A good one stores the result under the text's key with the lease's fence from the store,
+    // whatever fence the body names.
     let (tok_a, fence_a) = lease("a");
+    let ka = ternflow_core::keys::cache_key("00000000deadbeef", "x");
     let mut body = ack_body(&tok_a);
-    body["cache"] = json!({"key": "00000000deadbeef:ka", "fence": fence_a, "ttl_ms": 60000});
+    body["cache"] = json!({"key": ka, "fence": u64::MAX, "ttl_ms": 60000});
     let r = call(&app, "POST", "/v1/jobs/a/ack", Some(WORKER), Some(body)).await;
     assert_eq!(r.status, StatusCode::OK);
-    let r = call(
-        &app,
-        "GET",
-        "/v1/cache/00000000deadbeef:ka",
-        Some(WORKER),
-        None,
-    )
-    .await;
+    let r = call(&app, "GET", &format!("/v1/cache/{ka}"), Some(WORKER), None).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.json["fence"], fence_a);
     assert_eq!(r.json["vector"], vector());
@@ -1024,12 +1068,13 @@ async fn claims_carry_the_cache_entry_of_the_text() {
     let app = app(state);
     let model = "00000000deadbeef";
     let key = ternflow_core::keys::cache_key(model, "cached text");
+    let fence = lock_fence(&app, &key).await;
     let r = call(
         &app,
         "PUT",
         &format!("/v1/cache/{key}"),
         Some(WORKER),
-        Some(json!({"model_id": model, "vector": vector(), "fence": 7})),
+        Some(json!({"model_id": model, "vector": vector(), "fence": fence})),
     )
     .await;
     assert!(r.status.is_success(), "{:?}", r.json);
@@ -1054,7 +1099,7 @@ async fn claims_carry_the_cache_entry_of_the_text() {
     for j in jobs {
         assert_eq!(j["cache_checked"], true);
         if j["text"] == "cached text" {
-            assert_eq!(j["cached"]["fence"], 7);
+            assert_eq!(j["cached"]["fence"], fence);
             assert_eq!(j["cached"]["vector"], vector());
         } else {
             assert!(j.get("cached").is_none(), "{j}");

@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use common::{call, Resp, ADMIN, PRODUCER, WORKER};
 use serde_json::{json, Value};
 use ternflow_core::protocol::{JobsEvent, ServerEvent};
-use ternflow_server::{app, AppState, Config, RedisStore, Store};
+use ternflow_server::{app, AppState, Config, EventBus, RedisStore};
 
 /// Retries while the store is unavailable (503) — what a client with backoff does.
 async fn retry(

@@ -1,4 +1,5 @@
-//! Over a real socket: SSE with `Last-Event-ID` resume, and graceful shutdown handing leases back.
+//! Over a real socket: SSE with `Last-Event-ID` resume, graceful shutdown keeping live leases,
+//! and the no-attempt release.
 
 mod common;
 
@@ -9,18 +10,21 @@ use common::{ADMIN, PRODUCER, WORKER};
 use futures_util::StreamExt;
 use serde_json::json;
 use ternflow_core::protocol::JobState;
-use ternflow_server::{run, AppState, Config, EmbeddedStore, Store};
+use ternflow_server::{run, AppState, Config, MemoryStore, QueueStore};
 use tokio::sync::oneshot;
 
 struct Server {
     base: String,
     stop: Option<oneshot::Sender<()>>,
     done: tokio::task::JoinHandle<std::io::Result<()>>,
-    store: Arc<EmbeddedStore>,
+    store: Arc<MemoryStore>,
 }
 
 async fn start() -> Server {
-    let store = Arc::new(EmbeddedStore::in_memory());
+    start_on(Arc::new(MemoryStore::new())).await
+}
+
+async fn start_on(store: Arc<MemoryStore>) -> Server {
     let state = AppState::new(
         store.clone(),
         common::tokens(),
@@ -120,7 +124,16 @@ async fn sse_resumes_from_last_event_id() {
     };
     enqueue("a").await.unwrap();
     let key = "00000000deadbeef:k";
-    let put = json!({"model_id": "00000000deadbeef", "vector": "AACAPw==", "fence": 1});
+    let lock: serde_json::Value = http
+        .post(format!("{b}/v1/locks/{key}"))
+        .bearer_auth(WORKER)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let put = json!({"model_id": "00000000deadbeef", "vector": "AACAPw==", "fence": lock["fence"]});
     let r = http
         .put(format!("{b}/v1/cache/{key}"))
         .bearer_auth(WORKER)
@@ -194,7 +207,7 @@ async fn sse_resumes_from_last_event_id() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn graceful_shutdown_hands_leases_back() {
+async fn graceful_shutdown_keeps_live_leases_and_release_costs_no_attempt() {
     let mut srv = start().await;
     let http = reqwest::Client::new();
     let b = &srv.base;
@@ -240,14 +253,43 @@ async fn graceful_shutdown_hands_leases_back() {
 
     srv.stop.take().unwrap().send(()).unwrap();
     srv.done.await.unwrap().unwrap();
+    // A server restart keeps the live lease: the worker still holds j2 and can finish it
+    // against the next server (same store).
     let other = if id == "j1" { "j2" } else { "j1" };
     let st = srv.store.status(other).await.unwrap().unwrap();
+    assert!(
+        matches!(st.state, JobState::Leased { .. }),
+        "the live lease survives the shutdown: {st:?}"
+    );
+    let other_tok = r["jobs"][1]["lease"]["token"].as_str().unwrap().to_owned();
+    let mut srv2 = start_on(srv.store.clone()).await;
+    let b2 = srv2.base.clone();
+    // A stopping worker hands it back: ready at once, and the attempt is not counted.
+    let rel = http
+        .post(format!("{b2}/v1/jobs/{other}/release"))
+        .bearer_auth(WORKER)
+        .json(&json!({ "token": other_tok }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rel.status(), 204);
+    let st = srv2.store.status(other).await.unwrap().unwrap();
     assert_eq!(
         st.state,
         JobState::Queued { available_at: 0 },
         "handed back"
     );
     assert_eq!(st.attempt, 0, "the handed-back delivery does not count");
+    let again = http
+        .post(format!("{b2}/v1/jobs/{other}/release"))
+        .bearer_auth(WORKER)
+        .json(&json!({ "token": other_tok }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 409, "only the holder can release");
+    srv2.stop.take().unwrap().send(()).unwrap();
+    srv2.done.await.unwrap().unwrap();
     assert!(matches!(
         srv.store.status(id).await.unwrap().unwrap().state,
         JobState::Done { .. }

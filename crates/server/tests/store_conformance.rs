@@ -1,27 +1,29 @@
-//! The store conformance suite against both stores, and store-specific durability checks.
+//! The store conformance suite against the three stores, and store-specific durability checks.
 
 mod common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use ternflow_core::protocol::{JobResult, JobState, ResultSource, Vector};
-use ternflow_server::store::{conformance, JobRecord, Store};
-use ternflow_server::{EmbeddedStore, Fsync, RedisStore};
+use ternflow_server::store::{
+    conformance, CacheStore, Fenced, JobRecord, LockOutcome, LockStore, PutOutcome, QueueStore,
+};
+use ternflow_server::{MemoryStore, RedisStore, SqliteStore, Synchronous};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn embedded_in_memory_conforms() {
-    conformance::run_all(|| async { EmbeddedStore::in_memory() }).await;
+async fn memory_conforms() {
+    conformance::run_all(|| async { MemoryStore::new() }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn embedded_on_disk_conforms() {
+async fn sqlite_conforms() {
     let dir = tempfile::tempdir().unwrap();
     let n = AtomicU32::new(0);
     conformance::run_all(|| {
         let sub = dir
             .path()
             .join(n.fetch_add(1, Ordering::SeqCst).to_string());
-        async move { EmbeddedStore::open(&sub, Fsync::Always).unwrap() }
+        async move { SqliteStore::open(&sub, Synchronous::Full).unwrap() }
     })
     .await;
 }
@@ -60,51 +62,79 @@ fn result() -> JobResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn embedded_survives_reopen_and_keeps_fences_growing() {
+async fn sqlite_reopen_keeps_leases_locks_and_growing_fences() {
     let dir = tempfile::tempdir().unwrap();
-    let last_fence;
+    let (b_lease, lock);
     {
-        let s = EmbeddedStore::open(dir.path(), Fsync::Never).unwrap();
+        let s = SqliteStore::open(dir.path(), Synchronous::Normal).unwrap();
         s.enqueue(vec![job("a"), job("b"), job("c")], 10)
             .await
             .unwrap();
         let c = s.claim("w", 2, 1_000, 5, 10).await.unwrap();
-        last_fence = c.jobs[1].lease.fence;
+        b_lease = c.jobs[1].lease.clone();
         s.ack("a", &c.jobs[0].lease.token, result(), 10)
             .await
             .unwrap();
+        let LockOutcome::Granted(g) = s.lock_acquire("m:k", 5_000, 10).await.unwrap() else {
+            panic!("lock");
+        };
+        lock = g;
         // b stays leased; c stays queued.
     }
-    // A torn final line (crash mid-write) is ignored.
-    use std::io::Write;
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(dir.path().join("journal.jsonl"))
-        .unwrap();
-    f.write_all(b"{\"t\":\"job\",\"job\":{\"id\":").unwrap();
-    drop(f);
-
-    let s = EmbeddedStore::open(dir.path(), Fsync::Never).unwrap();
+    let s = SqliteStore::open(dir.path(), Synchronous::Normal).unwrap();
     assert!(matches!(
         s.status("a").await.unwrap().unwrap().state,
         JobState::Done { .. }
     ));
+    // A restart keeps live leases: the holder can still heartbeat and ack.
+    let hb = s.heartbeat("b", &b_lease.token, 1_000, 500).await.unwrap();
+    assert_eq!(hb.map(|l| l.fence), Some(b_lease.fence));
     assert!(matches!(
-        s.status("b").await.unwrap().unwrap().state,
-        JobState::Leased { .. }
+        s.lock_acquire("m:k", 5_000, 20).await.unwrap(),
+        LockOutcome::Held { .. }
     ));
+    let put = s
+        .cache_put(
+            "m:k",
+            ternflow_core::protocol::CacheEntry {
+                model_id: "m".into(),
+                vector: Vector(vec![1.0]),
+                fence: lock.fence,
+                expires_at: 10_000,
+            },
+            Fenced::ByLock,
+            20,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        put,
+        PutOutcome::Stored { replaced: false },
+        "the lock's fence is still valid"
+    );
     let d = s.depth(10).await.unwrap();
     assert_eq!((d.ready, d.leased), (1, 1));
     let c = s.claim("w", 5, 1_000, 5, 2_000).await.unwrap();
     assert_eq!(c.jobs.len(), 2, "c, and b after its lease expired");
-    assert!(c.jobs.iter().all(|j| j.lease.fence > last_fence));
+    assert!(
+        c.jobs.iter().all(|j| j.lease.fence > lock.fence),
+        "fences keep growing"
+    );
 }
 
 #[tokio::test]
-async fn embedded_done_retention_forgets_finished_jobs() {
+async fn sqlite_refuses_a_file_that_is_not_a_database() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ternflow.sqlite3"), vec![0x5a; 8192]).unwrap();
+    let err = SqliteStore::open(dir.path(), Synchronous::Normal).unwrap_err();
+    assert!(err.to_string().contains("not a database"), "{err}");
+}
+
+#[tokio::test]
+async fn sqlite_done_retention_forgets_finished_jobs() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let s = EmbeddedStore::open(dir.path(), Fsync::Never)
+        let s = SqliteStore::open(dir.path(), Synchronous::Normal)
             .unwrap()
             .with_done_retention(1_000);
         s.enqueue(vec![job("a"), job("b")], 10).await.unwrap();
@@ -124,10 +154,10 @@ async fn embedded_done_retention_forgets_finished_jobs() {
             "unfinished jobs stay"
         );
     }
-    let s = EmbeddedStore::open(dir.path(), Fsync::Never).unwrap();
+    let s = SqliteStore::open(dir.path(), Synchronous::Normal).unwrap();
     assert!(
         s.status("a").await.unwrap().is_none(),
-        "forgetting is journaled"
+        "forgetting is committed"
     );
     assert!(s.enqueue(vec![job("a")], 2_000).await.unwrap()[0].new);
 }

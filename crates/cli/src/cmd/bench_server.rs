@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use ternflow_core::protocol::{ClaimResponse, EmbedResponse};
 use ternflow_server::{
-    AppState, Config, EmbeddedStore, EngineEmbedder, Fsync, RedisStore, Role, Store, Tokens,
+    AppState, Config, EngineEmbedder, MemoryStore, RedisStore, Role, SqliteStore, Store,
+    Synchronous, Tokens,
 };
 
 use super::CmdResult;
@@ -61,8 +62,8 @@ async fn bench(args: Args) -> CmdResult {
     let tmp = std::env::temp_dir().join(format!("ternflow-bench-{}", std::process::id()));
     let prefix = format!("bench{}", std::process::id());
     let store: Arc<dyn Store> = match args.store.as_str() {
-        "memory" => Arc::new(EmbeddedStore::in_memory()),
-        "embedded" => Arc::new(EmbeddedStore::open(&tmp, Fsync::Never)?),
+        "memory" => Arc::new(MemoryStore::new()),
+        "embedded" => Arc::new(SqliteStore::open(&tmp, Synchronous::Normal)?),
         url => Arc::new(RedisStore::connect(url, &prefix).await?),
     };
     let mut tokens = Tokens::new();

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use ternflow_server::{
-    AppState, Config, EmbeddedStore, EngineEmbedder, Fsync, RedisStore, Role, Store, Tokens,
+    AppState, Config, EngineEmbedder, RedisStore, Role, SqliteStore, Store, Synchronous, Tokens,
 };
 
 use super::CmdResult;
@@ -18,13 +18,14 @@ pub struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8787")]
     pub addr: String,
-    /// `embedded` (a journal in --data-dir) or a Redis URL (`redis://host:6379/0`).
+    /// `embedded` (a SQLite database in --data-dir) or a Redis URL (`redis://host:6379/0`).
     #[arg(long, default_value = "embedded")]
     pub store: String,
     /// Directory of the embedded store.
     #[arg(long, default_value = "ternflow-data")]
     pub data_dir: PathBuf,
-    /// Embedded store: `fdatasync` every write (survives power loss) instead of flushing only.
+    /// Embedded store: `synchronous=FULL`, an fsync per commit (survives power loss); the
+    /// default `NORMAL` survives a killed process.
     #[arg(long)]
     pub fsync_always: bool,
     /// Key prefix in Redis (several deployments can share one Redis).
@@ -107,12 +108,12 @@ pub fn run(args: Args) -> CmdResult {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let store: Arc<dyn Store> = if args.store == "embedded" {
-            let fsync = if args.fsync_always {
-                Fsync::Always
+            let sync = if args.fsync_always {
+                Synchronous::Full
             } else {
-                Fsync::Never
+                Synchronous::Normal
             };
-            let mut s = EmbeddedStore::open(&args.data_dir, fsync)?;
+            let mut s = SqliteStore::open(&args.data_dir, sync)?;
             if let Some(secs) = args.done_retention_secs {
                 s = s.with_done_retention(secs.saturating_mul(1_000));
             }

@@ -1,22 +1,17 @@
-//! `GET/PUT/DELETE /v1/cache/{key}`: the remote cache, with fences and TTL jitter.
+//! `GET/PUT/DELETE /v1/cache/{key}`: the remote cache. A `PUT` must carry the fence of a live
+//! lock on the key (the server issued it); the rules are in [`crate::cache`].
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use ternflow_core::protocol::{CacheEntry, CachePut, InvalidateEvent, ServerEvent, Vector};
+use ternflow_core::protocol::{CacheEntry, CachePut};
 
-use super::jobs::valid_id;
+use crate::cache::{check_write, invalidate, store_entry};
 use crate::error::{Error, Result};
-use crate::json::Json;
+use crate::extract::{Json, Path};
+use crate::queue::valid_id;
 use crate::state::AppState;
-use crate::store::PutOutcome;
-
-async fn invalidate(state: &AppState, key: String) {
-    let ev = ServerEvent::Invalidate(InvalidateEvent { keys: vec![key] });
-    if let Err(e) = state.store.publish(ev).await {
-        tracing::warn!(error = %e, "publish invalidate event");
-    }
-}
+use crate::store::{Fenced, PutOutcome};
 
 pub(crate) async fn get(
     State(state): State<AppState>,
@@ -35,53 +30,6 @@ pub(crate) async fn get(
     }
 }
 
-/// Checks a cache write's key and model before anything is stored.
-pub(crate) fn check_write(key: &str, model_id: &str, vector: &Vector) -> Result<()> {
-    valid_id(key)?;
-    if vector.0.is_empty() {
-        return Err(Error::bad_request("bad_vector", "the vector is empty"));
-    }
-    if let Some((model, _)) = key.split_once(':') {
-        if model != model_id {
-            return Err(Error::bad_request(
-                "model_mismatch",
-                "the key's model id prefix differs from the entry's model_id",
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Stores an entry (fenced, TTL with jitter), counting it and announcing a replaced live entry.
-/// Shared by `PUT /v1/cache/{key}` and the write-through an ack can carry.
-pub(crate) async fn store_entry(
-    state: &AppState,
-    key: &str,
-    model_id: String,
-    vector: Vector,
-    fence: u64,
-    ttl_ms: Option<u64>,
-) -> Result<(CacheEntry, PutOutcome)> {
-    let now = state.now();
-    let entry = CacheEntry {
-        model_id,
-        vector,
-        fence,
-        expires_at: now + state.config.cache_ttl(ttl_ms),
-    };
-    let outcome = state.store.cache_put(key, entry.clone(), now).await?;
-    match &outcome {
-        PutOutcome::Stored { replaced } => {
-            state.metrics.add(|c| &c.cache_puts, 1);
-            if *replaced {
-                invalidate(state, key.to_owned()).await;
-            }
-        }
-        PutOutcome::Stale(_) => state.metrics.add(|c| &c.cache_stale_puts, 1),
-    }
-    Ok((entry, outcome))
-}
-
 pub(crate) async fn put(
     State(state): State<AppState>,
     Path(key): Path<String>,
@@ -89,7 +37,16 @@ pub(crate) async fn put(
 ) -> Result<Response> {
     check_write(&key, &req.model_id, &req.vector)?;
     let fence = req.fence;
-    match store_entry(&state, &key, req.model_id, req.vector, fence, req.ttl_ms).await? {
+    let put = store_entry(
+        &state,
+        &key,
+        req.model_id,
+        req.vector,
+        fence,
+        Fenced::ByLock,
+        req.ttl_ms,
+    );
+    match put.await? {
         (entry, PutOutcome::Stored { replaced }) => {
             let status = if replaced {
                 StatusCode::OK
@@ -107,6 +64,11 @@ pub(crate) async fn put(
             body: serde_json::to_value(serde_json::json!({ "entry": stored })).ok(),
             retry_after_s: None,
         }),
+        (_, PutOutcome::Unfenced) => Err(Error::conflict(
+            "bad_fence",
+            "no live lock on this key carries that fence: take the lock (POST /v1/locks/{key}) \
+             and write with its fence",
+        )),
     }
 }
 

@@ -1,12 +1,12 @@
 //! `GET /v1/dlq` and `POST /v1/dlq/{id}/redrive`.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use serde::Deserialize;
 use ternflow_core::protocol::{DlqList, JobStatus};
 
-use super::jobs::{publish_depth, valid_id};
 use crate::error::{Error, Result};
-use crate::json::Json;
+use crate::extract::{Json, Path, Query};
+use crate::queue::{publish_depth, valid_id};
 use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]

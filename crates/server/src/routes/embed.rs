@@ -6,7 +6,7 @@ use axum::extract::State;
 use ternflow_core::protocol::{EmbedRequest, EmbedResponse, Vector};
 
 use crate::error::{Error, Result};
-use crate::json::Json;
+use crate::extract::Json;
 use crate::state::AppState;
 
 pub(crate) async fn embed(

@@ -9,7 +9,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::stream::{self, Stream, StreamExt};
@@ -18,6 +18,7 @@ use ternflow_core::protocol::{JobsEvent, ServerEvent};
 use tokio_stream::wrappers::{BroadcastStream, WatchStream};
 
 use crate::error::Result;
+use crate::extract::Query;
 use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]

@@ -3,68 +3,36 @@
 
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
+use axum::http::StatusCode;
 use ternflow_core::keys;
 use ternflow_core::protocol::{
     AckRequest, AckResponse, ClaimRequest, ClaimResponse, EnqueueRequest, EnqueueResponse,
-    HeartbeatRequest, HeartbeatResponse, JobStatus, JobsEvent, NackRequest, NackResponse,
-    ServerEvent,
+    HeartbeatRequest, HeartbeatResponse, JobStatus, NackRequest, NackResponse, ReleaseRequest,
 };
+use ternflow_core::trace::TraceParent;
 
+use crate::cache;
 use crate::error::{Error, Result};
-use crate::json::Json;
+use crate::extract::{Json, Path};
+use crate::queue::{lease_lost, lost_or_missing, publish_depth, valid_id};
 use crate::state::AppState;
-use crate::store::{AckOutcome, JobRecord, PRIORITY_RANGE};
+use crate::store::{AckOutcome, Fenced, JobRecord, PRIORITY_RANGE};
 
 /// Longest `delay_ms` accepted (30 days).
 const MAX_DELAY_MS: u64 = 30 * 24 * 3_600_000;
 /// How often a long-poll re-checks for due delayed jobs and expired leases.
 const POLL_TICK: Duration = Duration::from_millis(250);
 
-pub(crate) fn valid_id(id: &str) -> Result<()> {
-    if keys::is_valid_key(id) {
-        Ok(())
-    } else {
-        Err(Error::bad_request(
-            "bad_id",
-            "ids and keys are 1–200 characters of [A-Za-z0-9-_.:]",
-        ))
-    }
-}
-
 /// The producer's trace id (its `traceparent`), shared by every job of its request; `None`
-/// when it sent none, and then each job starts a trace of its own.
+/// when it sent none (or a malformed one), and then each job starts a trace of its own.
 fn trace_id_from(headers: &HeaderMap) -> Option<String> {
     headers
         .get("traceparent")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let parts: Vec<&str> = v.split('-').collect();
-            (parts.len() == 4
-                && parts[1].len() == 32
-                && parts[1].bytes().all(|b| b.is_ascii_hexdigit())
-                && parts[1] != "00000000000000000000000000000000")
-                .then(|| parts[1].to_ascii_lowercase())
-        })
-}
-
-pub(crate) async fn publish_depth(state: &AppState) {
-    let now = state.now();
-    let depth = match state.store.depth(now).await {
-        Ok(d) => d.ready,
-        Err(e) => {
-            tracing::warn!(error = %e, "depth for jobs event");
-            return;
-        }
-    };
-    if let Err(e) = state
-        .store
-        .publish(ServerEvent::Jobs(JobsEvent { depth }))
-        .await
-    {
-        tracing::warn!(error = %e, "publish jobs event");
-    }
+        .and_then(TraceParent::parse)
+        .map(|t| t.trace_id)
 }
 
 pub(crate) async fn enqueue(
@@ -152,6 +120,9 @@ pub(crate) async fn claim(
     if req.worker.is_empty() || req.worker.len() > 128 {
         return Err(Error::bad_request("bad_worker", "worker is 1–128 bytes"));
     }
+    if let Some(m) = &req.model_id {
+        valid_id(m)?;
+    }
     if req.max == 0 || req.max > cfg.max_claim {
         return Err(Error::bad_request(
             "bad_max",
@@ -182,6 +153,13 @@ pub(crate) async fn claim(
             m.add(|c| &c.jobs_claimed, claimed.jobs.len() as u64);
             let mut jobs = claimed.jobs;
             for j in &mut jobs {
+                // One rule for jobs enqueued without a model: they are embedded with the
+                // claiming worker's model, which the claim names.
+                if j.model_id.is_empty() {
+                    if let Some(m) = &req.model_id {
+                        j.model_id = m.clone();
+                    }
+                }
                 // Look the text up in the cache now, so the worker needs no GET of its own.
                 // Best effort: a failed lookup leaves `cache_checked` false and the worker asks.
                 let key = ternflow_core::keys::cache_key(&j.model_id, &j.text);
@@ -201,7 +179,6 @@ pub(crate) async fn claim(
                 }
                 let span = format!("{:016x}", rand::random::<u64>().max(1));
                 j.traceparent = format!("00-{}-{span}-01", j.traceparent);
-                state.track_lease(&j.id, &j.lease.token, j.lease.expires_at);
                 tracing::info!(job = %j.id, traceparent = %j.traceparent, worker = %req.worker,
                     attempt = j.attempt, fence = j.lease.fence, "claimed");
             }
@@ -218,20 +195,6 @@ pub(crate) async fn claim(
     }
 }
 
-async fn lost_or_missing(state: &AppState, id: &str) -> Error {
-    match state.store.status(id).await {
-        Ok(None) => Error::NotFound(format!("no job {id}")),
-        Ok(Some(_)) => {
-            state.metrics.add(|c| &c.leases_lost, 1);
-            Error::conflict(
-                "lease_lost",
-                "this token does not hold the job's lease (expired and re-delivered, or finished)",
-            )
-        }
-        Err(e) => e,
-    }
-}
-
 pub(crate) async fn heartbeat(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -244,10 +207,7 @@ pub(crate) async fn heartbeat(
         .heartbeat(&id, &req.token, state.config.lease_ms, now)
         .await?
     {
-        Some(lease) => {
-            state.track_lease(&id, &lease.token, lease.expires_at);
-            Ok(Json(HeartbeatResponse { lease }))
-        }
+        Some(lease) => Ok(Json(HeartbeatResponse { lease })),
         None => Err(lost_or_missing(&state, &id).await),
     }
 }
@@ -264,45 +224,77 @@ pub(crate) async fn ack(
             "the result vector is empty",
         ));
     }
-    if let Some(c) = &req.cache {
-        // Checked before the ack so a bad write refuses the whole request, not half of it.
-        super::cache::check_write(&c.key, &req.result.model_id, &req.result.vector)?;
+    if req.result.model_id.is_empty() {
+        return Err(Error::bad_request(
+            "bad_model",
+            "the result needs the model_id that produced it",
+        ));
     }
     let now = state.now();
     let write = req.cache.map(|c| (c, req.result.clone()));
     match state.store.ack(&id, &req.token, req.result, now).await? {
-        AckOutcome::Done => {
-            state.forget_lease(&id);
+        AckOutcome::Done { fence, text_hash } => {
             state.metrics.add(|c| &c.jobs_acked, 1);
             state.metrics.record_acks(now, 1);
             tracing::info!(job = %id, "acked");
             if let Some((c, result)) = write {
-                // The job is done whatever happens here: a failed or refused (older fence)
-                // write-through is counted and logged, not reported as a failed ack.
-                if let Err(e) = super::cache::store_entry(
-                    &state,
-                    &c.key,
-                    result.model_id,
-                    result.vector,
-                    c.fence,
-                    c.ttl_ms,
-                )
-                .await
-                {
-                    tracing::warn!(job = %id, error = %e, "ack write-through to the cache failed");
-                }
+                write_through(&state, &id, &c.key, result, fence, &text_hash, c.ttl_ms).await;
             }
             Ok(Json(AckResponse { id, first: true }))
         }
         AckOutcome::Repeated => Ok(Json(AckResponse { id, first: false })),
-        AckOutcome::Stale => {
-            state.metrics.add(|c| &c.leases_lost, 1);
-            Err(Error::conflict(
-                "lease_lost",
-                "this token does not hold the job's lease (expired and re-delivered, or finished)",
-            ))
-        }
+        AckOutcome::Stale => Err(lease_lost(&state)),
         AckOutcome::Missing => Err(Error::NotFound(format!("no job {id}"))),
+    }
+}
+
+/// The cache write an ack carries. The job is done whatever happens here: a write that is not
+/// for this job's text, or is refused (a newer fence), or fails, is counted and logged, never
+/// reported as a failed ack. The fence is the lease's, from the store, not the request's.
+async fn write_through(
+    state: &AppState,
+    id: &str,
+    key: &str,
+    result: ternflow_core::protocol::JobResult,
+    fence: u64,
+    text_hash: &str,
+    ttl_ms: Option<u64>,
+) {
+    let expected = format!("{}:{text_hash}", result.model_id);
+    if key != expected {
+        state.metrics.add(|c| &c.cache_unfenced_puts, 1);
+        tracing::warn!(job = %id, %key, %expected, "ack write-through for another key refused");
+        return;
+    }
+    if let Err(e) = cache::store_entry(
+        state,
+        key,
+        result.model_id,
+        result.vector,
+        fence,
+        Fenced::ByLease,
+        ttl_ms,
+    )
+    .await
+    {
+        tracing::warn!(job = %id, error = %e, "ack write-through to the cache failed");
+    }
+}
+
+/// `POST /v1/jobs/{id}/release`: a stopping worker hands the lease back; the job is ready again
+/// at once and the attempt is not counted.
+pub(crate) async fn release(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Json(req): Json<ReleaseRequest>,
+) -> Result<StatusCode> {
+    valid_id(&id)?;
+    if state.store.release(&id, &req.token, state.now()).await? {
+        state.metrics.add(|c| &c.leases_released, 1);
+        publish_depth(&state).await;
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(lost_or_missing(&state, &id).await)
     }
 }
 
@@ -320,13 +312,13 @@ pub(crate) async fn nack(
         None => return Err(Error::NotFound(format!("no job {id}"))),
     };
     let retry_at = now + cfg.backoff_ms(attempt);
+    let error = crate::store::cap_error(req.error);
     match state
         .store
-        .nack(&id, &req.token, req.error, retry_at, cfg.max_attempts, now)
+        .nack(&id, &req.token, error, retry_at, cfg.max_attempts, now)
         .await?
     {
         Some(resp) => {
-            state.forget_lease(&id);
             state.metrics.add(|c| &c.jobs_nacked, 1);
             match resp {
                 NackResponse::Dead => state.metrics.add(|c| &c.jobs_dead, 1),

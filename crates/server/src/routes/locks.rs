@@ -1,13 +1,13 @@
 //! `POST /v1/locks/{key}`, `POST /v1/locks/{key}/renew`, `DELETE /v1/locks/{key}`.
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use ternflow_core::protocol::{LockGrant, LockRequest, LockToken};
 
-use super::jobs::valid_id;
 use crate::error::{Error, Result};
-use crate::json::Json;
+use crate::extract::{Json, Path};
+use crate::queue::valid_id;
 use crate::state::AppState;
 use crate::store::LockOutcome;
 

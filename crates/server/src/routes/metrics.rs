@@ -7,7 +7,7 @@ use axum::response::IntoResponse;
 use ternflow_core::protocol::{Stats, WorkerMetrics};
 
 use crate::error::{Error, Result};
-use crate::json::Json;
+use crate::extract::Json;
 use crate::state::AppState;
 
 pub(crate) async fn prometheus(State(state): State<AppState>) -> Result<impl IntoResponse> {
@@ -38,7 +38,7 @@ pub(crate) async fn stats(State(state): State<AppState>) -> Result<Json<Stats>> 
         queue,
         counters,
         ack_rate: state.metrics.ack_rate(now),
-        workers: state.metrics.workers(),
+        workers: state.metrics.workers(now),
     }))
 }
 
@@ -49,11 +49,9 @@ pub(crate) async fn push(
     if snap.worker.is_empty() {
         return Err(Error::bad_request("bad_worker", "worker is required"));
     }
-    if !state.metrics.push_worker(snap) {
-        return Err(Error::TooManyRequests {
-            message: "too many distinct workers are reporting".to_owned(),
-            retry_after_s: 60,
-        });
+    if snap.worker.len() > 128 {
+        return Err(Error::bad_request("bad_worker", "worker is 1–128 bytes"));
     }
+    state.metrics.push_worker(snap, state.now());
     Ok(StatusCode::NO_CONTENT)
 }

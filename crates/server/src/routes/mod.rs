@@ -115,6 +115,7 @@ pub fn router(state: AppState) -> Router {
             .route("/v1/jobs/{id}/heartbeat", post(jobs::heartbeat))
             .route("/v1/jobs/{id}/ack", post(jobs::ack))
             .route("/v1/jobs/{id}/nack", post(jobs::nack))
+            .route("/v1/jobs/{id}/release", post(jobs::release))
             .route(
                 "/v1/cache/{key}",
                 get(cache::get).put(cache::put).delete(cache::delete),

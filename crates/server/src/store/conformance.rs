@@ -10,7 +10,7 @@ use ternflow_core::protocol::{
     CacheEntry, JobError, JobResult, JobState, NackResponse, ResultSource, ServerEvent, Vector,
 };
 
-use super::{AckOutcome, JobRecord, LockOutcome, PutOutcome, Store};
+use super::{AckOutcome, Fenced, JobRecord, LockOutcome, PutOutcome, Store, MAX_HISTORY};
 
 const T0: u64 = 1_000_000;
 
@@ -66,6 +66,9 @@ where
     nack_backoff_dead_letter_redrive(make().await).await;
     release_hands_back(make().await).await;
     cache_fences_and_ttl(make().await).await;
+    cache_put_needs_a_lock_fence(make().await).await;
+    sweep_removes_expired_entries_and_locks(make().await).await;
+    history_is_capped(make().await).await;
     locks(make().await).await;
     events_are_numbered_in_order(make().await).await;
     concurrent_events_arrive_in_id_order(std::sync::Arc::new(make().await)).await;
@@ -84,10 +87,10 @@ async fn enqueue_dedups<S: Store>(s: S) {
     );
     let c = s.claim("w", 1, 1_000, 5, T0).await.unwrap();
     let tok = c.jobs[0].lease.token.clone();
-    assert_eq!(
+    assert!(matches!(
         s.ack("a", &tok, result(), T0).await.unwrap(),
-        AckOutcome::Done
-    );
+        AckOutcome::Done { .. }
+    ));
     let again = s.enqueue(vec![job("a", 0, T0)], T0).await.unwrap();
     assert!(!again[0].new, "a done job is not re-enqueued");
     let st = s.status("a").await.unwrap().unwrap();
@@ -189,7 +192,11 @@ async fn heartbeat_and_ack<S: Store>(s: S) {
     );
     assert_eq!(
         s.ack("j", &lease.token, result(), T0).await.unwrap(),
-        AckOutcome::Done
+        AckOutcome::Done {
+            fence: lease.fence,
+            text_hash: ternflow_core::keys::text_hash("text of j"),
+        },
+        "the ack reports the lease's fence and the text's hash (for the write-through)"
     );
     assert_eq!(
         s.ack("j", &lease.token, result(), T0).await.unwrap(),
@@ -341,7 +348,9 @@ async fn release_hands_back<S: Store>(s: S) {
 async fn cache_fences_and_ttl<S: Store>(s: S) {
     assert!(s.cache_get("k", T0).await.unwrap().is_none());
     assert_eq!(
-        s.cache_put("k", entry(5, T0 + 1_000), T0).await.unwrap(),
+        s.cache_put("k", entry(5, T0 + 1_000), Fenced::ByLease, T0)
+            .await
+            .unwrap(),
         PutOutcome::Stored { replaced: false }
     );
     assert_eq!(
@@ -349,12 +358,16 @@ async fn cache_fences_and_ttl<S: Store>(s: S) {
         Some(entry(5, T0 + 1_000))
     );
     assert_eq!(
-        s.cache_put("k", entry(3, T0 + 1_000), T0).await.unwrap(),
+        s.cache_put("k", entry(3, T0 + 1_000), Fenced::ByLease, T0)
+            .await
+            .unwrap(),
         PutOutcome::Stale(entry(5, T0 + 1_000)),
         "an older fence is refused"
     );
     assert_eq!(
-        s.cache_put("k", entry(5, T0 + 2_000), T0).await.unwrap(),
+        s.cache_put("k", entry(5, T0 + 2_000), Fenced::ByLease, T0)
+            .await
+            .unwrap(),
         PutOutcome::Stored { replaced: true },
         "the same fence may rewrite"
     );
@@ -363,7 +376,7 @@ async fn cache_fences_and_ttl<S: Store>(s: S) {
         "expired"
     );
     assert_eq!(
-        s.cache_put("k", entry(1, T0 + 5_000), T0 + 2_000)
+        s.cache_put("k", entry(1, T0 + 5_000), Fenced::ByLease, T0 + 2_000)
             .await
             .unwrap(),
         PutOutcome::Stored { replaced: false },
@@ -372,6 +385,132 @@ async fn cache_fences_and_ttl<S: Store>(s: S) {
     assert!(s.cache_delete("k").await.unwrap());
     assert!(!s.cache_delete("k").await.unwrap());
     assert!(s.cache_get("k", T0).await.unwrap().is_none());
+}
+
+async fn cache_put_needs_a_lock_fence<S: Store>(s: S) {
+    let put = |fence, at| s.cache_put("m:k", entry(fence, T0 + 10_000), Fenced::ByLock, at);
+    assert_eq!(
+        put(u64::MAX, T0).await.unwrap(),
+        PutOutcome::Unfenced,
+        "a fence the server never issued is refused"
+    );
+    let LockOutcome::Granted(g) = s.lock_acquire("m:k", 1_000, T0).await.unwrap() else {
+        panic!("free lock must be granted");
+    };
+    assert_eq!(
+        put(g.fence + 1, T0).await.unwrap(),
+        PutOutcome::Unfenced,
+        "only the lock's own fence"
+    );
+    assert_eq!(
+        put(g.fence, T0).await.unwrap(),
+        PutOutcome::Stored { replaced: false },
+        "the honest holder is accepted after the forged write"
+    );
+    assert_eq!(
+        put(g.fence, T0 + 1_000).await.unwrap(),
+        PutOutcome::Unfenced,
+        "an expired lock vouches for nothing"
+    );
+    let LockOutcome::Granted(g2) = s.lock_acquire("m:k", 1_000, T0 + 1_000).await.unwrap() else {
+        panic!("expired lock must be granted");
+    };
+    assert_eq!(
+        put(g.fence, T0 + 1_001).await.unwrap(),
+        PutOutcome::Unfenced,
+        "a stale holder is refused once the lock moved on"
+    );
+    assert_eq!(
+        put(g2.fence, T0 + 1_001).await.unwrap(),
+        PutOutcome::Stored { replaced: true }
+    );
+    assert!(s.lock_acquire("other", 1_000, T0).await.is_ok());
+    assert_eq!(
+        s.cache_put(
+            "m:x",
+            entry(g2.fence, T0 + 10_000),
+            Fenced::ByLock,
+            T0 + 1_001
+        )
+        .await
+        .unwrap(),
+        PutOutcome::Unfenced,
+        "a lock on one key vouches for no other key"
+    );
+}
+
+async fn sweep_removes_expired_entries_and_locks<S: Store>(s: S) {
+    s.cache_put("a", entry(1, T0 + 100), Fenced::ByLease, T0)
+        .await
+        .unwrap();
+    s.cache_put("b", entry(1, T0 + 10_000), Fenced::ByLease, T0)
+        .await
+        .unwrap();
+    s.lock_acquire("l", 100, T0).await.unwrap();
+    let n = s.sweep(T0 + 1_000, 1_000).await.unwrap();
+    assert!(
+        s.cache_get("b", T0 + 1_000).await.unwrap().is_some(),
+        "live entries stay"
+    );
+    if n == 0 {
+        // Native expiry (Redis TTLs): nothing for the sweeper to do.
+        return;
+    }
+    assert_eq!(n, 2, "the expired entry and the expired lock, nothing else");
+    // Gone from the store, even for a reader whose clock lags behind the sweeper's.
+    assert!(s.cache_get("a", T0).await.unwrap().is_none(), "swept");
+    assert!(
+        matches!(
+            s.lock_acquire("l", 100, T0).await.unwrap(),
+            LockOutcome::Granted(_)
+        ),
+        "a swept lock is free even for a clock that lags"
+    );
+    assert_eq!(
+        s.sweep(T0 + 50, 1_000).await.unwrap(),
+        0,
+        "nothing live is swept"
+    );
+}
+
+async fn history_is_capped<S: Store>(s: S) {
+    s.enqueue(vec![job("h", 0, T0)], T0).await.unwrap();
+    let long = JobError {
+        code: "boom".to_owned(),
+        message: "x".repeat(100_000),
+        retryable: true,
+    };
+    let mut now = T0;
+    for _ in 0..(MAX_HISTORY + 5) {
+        let c = s.claim("w", 1, 1_000, 1_000, now).await.unwrap();
+        let tok = c.jobs[0].lease.token.clone();
+        s.nack("h", &tok, long.clone(), now, 1_000, now)
+            .await
+            .unwrap()
+            .unwrap();
+        now += 1;
+    }
+    let c = s.claim("w", 1, 1_000, 1_000, now).await.unwrap();
+    let mut last = long;
+    last.retryable = false;
+    s.nack("h", &c.jobs[0].lease.token, last, now, 1_000, now)
+        .await
+        .unwrap();
+    let dead = s.dlq(10).await.unwrap();
+    assert_eq!(
+        dead[0].history.len(),
+        MAX_HISTORY,
+        "history keeps the last attempts"
+    );
+    assert_eq!(
+        dead[0].history.last().unwrap().attempt,
+        (MAX_HISTORY + 6) as u32,
+        "the newest attempt is kept"
+    );
+    assert!(
+        dead[0].error.message.len() <= super::MAX_ERROR_MESSAGE + 4,
+        "messages are cut"
+    );
 }
 
 async fn locks<S: Store>(s: S) {

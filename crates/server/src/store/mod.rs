@@ -1,9 +1,12 @@
-//! The [`Store`] trait: everything the server keeps (jobs, dead letters, cache entries, locks,
-//! fences, events), behind one async interface with two implementations that pass the same
+//! The [`Store`] traits: everything the server keeps (jobs, dead letters, cache entries, locks,
+//! fences, events), split by capability ([`QueueStore`], [`CacheStore`], [`LockStore`],
+//! [`EventBus`]; a [`Store`] is all four), with three implementations that pass the same
 //! [`conformance`] suite:
 //!
-//! - [`embedded::EmbeddedStore`] (the default): in-memory state with an append-only journal file,
-//!   replayed on start: one process, nothing else to run;
+//! - [`sqlite::SqliteStore`] (the default, `--store embedded`): one SQLite database in WAL mode,
+//!   one transaction per operation, group-committed on a thread of its own: one process,
+//!   nothing else to run, and operators can open it with `sqlite3`;
+//! - [`memory::MemoryStore`]: the same semantics in memory only (tests, benchmarks);
 //! - [`redis::RedisStore`]: Redis (hashes, sorted sets, Lua scripts, Pub/Sub), so many servers
 //!   share one queue.
 //!
@@ -14,16 +17,17 @@
 
 use async_trait::async_trait;
 use ternflow_core::protocol::{
-    CacheEntry, ClaimedJob, DlqEntry, Enqueued, JobError, JobResult, JobStatus, Lease, LockGrant,
-    NackResponse, QueueDepth, ServerEvent,
+    Attempt, CacheEntry, ClaimedJob, DlqEntry, Enqueued, JobError, JobResult, JobStatus, Lease,
+    LockGrant, NackResponse, QueueDepth, ServerEvent,
 };
 use tokio::sync::broadcast;
 
 use crate::error::Result;
 
 pub mod conformance;
-pub mod embedded;
+pub mod memory;
 pub mod redis;
+pub mod sqlite;
 
 /// Priorities are clamped to this range (both stores order by priority, then FIFO).
 pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1_000..=1_000;
@@ -59,10 +63,16 @@ pub struct Claimed {
 }
 
 /// Outcome of an ack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AckOutcome {
-    /// First ack: the job is done.
-    Done,
+    /// First ack: the job is done. Carries what a write-through needs: the lease's fence and
+    /// the hash of the job's text ([`ternflow_core::keys::text_hash`]).
+    Done {
+        /// The fence of the lease that acked.
+        fence: u64,
+        /// The job text's hash, the cache key's part after `model_id:`.
+        text_hash: String,
+    },
     /// The same lease holder acked again (idempotent).
     Repeated,
     /// The token does not hold the lease.
@@ -81,6 +91,18 @@ pub enum PutOutcome {
     },
     /// Refused: the stored entry has a newer fence.
     Stale(CacheEntry),
+    /// Refused: no live lock on the key carries this fence (the server never issued it for
+    /// this key, or a newer holder took the lock).
+    Unfenced,
+}
+
+/// Who vouches for a cache write's fence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fenced {
+    /// A client's `PUT`: the fence must be the one of a live lock on the key.
+    ByLock,
+    /// An ack's write-through: the store checked the lease, and the fence is the lease's.
+    ByLease,
 }
 
 /// Outcome of a lock acquire.
@@ -98,9 +120,9 @@ pub enum LockOutcome {
 /// An event with its id.
 pub type NumberedEvent = (u64, ServerEvent);
 
-/// The persistence and coordination interface. All methods are atomic with respect to each other.
+/// The job queue: enqueue, leases, acks, retries, the dead-letter queue.
 #[async_trait]
-pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+pub trait QueueStore: Send + Sync + std::fmt::Debug + 'static {
     /// Adds jobs that do not exist yet (by id, in any state); reports which were new.
     async fn enqueue(&self, jobs: Vec<JobRecord>, now: u64) -> Result<Vec<Enqueued>>;
 
@@ -129,7 +151,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn ack(&self, id: &str, token: &str, result: JobResult, now: u64) -> Result<AckOutcome>;
 
     /// Gives the job back with an error: re-queued at `retry_at`, or dead-lettered when it is not
-    /// retryable or used `max_attempts`. `None` when the token does not hold the lease.
+    /// retryable or used `max_attempts`. `None` when the token does not hold the lease. The
+    /// attempt joins the job's history, which keeps the last [`MAX_HISTORY`] attempts.
     async fn nack(
         &self,
         id: &str,
@@ -140,7 +163,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         now: u64,
     ) -> Result<Option<NackResponse>>;
 
-    /// Hands a lease back without counting the attempt (graceful shutdown). `false` when not held.
+    /// Hands a lease back without counting the attempt (a worker stopping). `false` when not
+    /// held.
     async fn release(&self, id: &str, token: &str, now: u64) -> Result<bool>;
 
     /// A job's status.
@@ -154,16 +178,36 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Queue depth (delayed jobs already due count as ready).
     async fn depth(&self, now: u64) -> Result<QueueDepth>;
+}
 
+/// The remote cache: fenced entries with a TTL.
+#[async_trait]
+pub trait CacheStore: Send + Sync + std::fmt::Debug + 'static {
     /// A live cache entry.
     async fn cache_get(&self, key: &str, now: u64) -> Result<Option<CacheEntry>>;
 
-    /// Writes `entry` unless a live entry with a newer fence is stored.
-    async fn cache_put(&self, key: &str, entry: CacheEntry, now: u64) -> Result<PutOutcome>;
+    /// Writes `entry` unless a live entry with a newer fence is stored. With
+    /// [`Fenced::ByLock`], only when a live lock on `key` carries `entry.fence` (the server
+    /// issued that fence for this key); otherwise [`PutOutcome::Unfenced`].
+    async fn cache_put(
+        &self,
+        key: &str,
+        entry: CacheEntry,
+        by: Fenced,
+        now: u64,
+    ) -> Result<PutOutcome>;
 
     /// Deletes an entry; `true` when one existed.
     async fn cache_delete(&self, key: &str) -> Result<bool>;
 
+    /// Removes expired cache entries and locks (at most `limit` of each); returns how many.
+    /// Stores with native expiry (Redis) have nothing to do.
+    async fn sweep(&self, now: u64, limit: usize) -> Result<u64>;
+}
+
+/// Single-flight locks; their fences come from the same counter as leases.
+#[async_trait]
+pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
     /// Takes the lock on `key` unless a live one is held; a grant carries a new fence.
     async fn lock_acquire(&self, key: &str, ttl_ms: u64, now: u64) -> Result<LockOutcome>;
 
@@ -178,12 +222,48 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Deletes the lock if `token` holds it (compare-and-delete).
     async fn lock_release(&self, key: &str, token: &str) -> Result<bool>;
+}
 
+/// Numbered server events, delivered to every server sharing the store.
+#[async_trait]
+pub trait EventBus: Send + Sync + std::fmt::Debug + 'static {
     /// Numbers `event` and delivers it to every subscriber (on every server sharing the store).
     async fn publish(&self, event: ServerEvent) -> Result<u64>;
 
     /// Receives published events, in id order.
     fn subscribe(&self) -> broadcast::Receiver<NumberedEvent>;
+}
+
+/// Everything the server keeps. All methods are atomic with respect to each other.
+pub trait Store: QueueStore + CacheStore + LockStore + EventBus {}
+
+impl<T: QueueStore + CacheStore + LockStore + EventBus> Store for T {}
+
+/// Attempts kept in a job's history (the oldest are dropped).
+pub const MAX_HISTORY: usize = 10;
+/// Longest error message kept in a history entry or a dead letter (bytes).
+pub const MAX_ERROR_MESSAGE: usize = 4 * 1024;
+
+/// Cuts an error message to [`MAX_ERROR_MESSAGE`] bytes (at a character boundary).
+pub fn cap_error(mut e: JobError) -> JobError {
+    if e.message.len() > MAX_ERROR_MESSAGE {
+        let mut cut = MAX_ERROR_MESSAGE;
+        while !e.message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        e.message.truncate(cut);
+        e.message.push('…');
+    }
+    e
+}
+
+/// Appends an attempt, keeping the last [`MAX_HISTORY`].
+pub fn push_history(history: &mut Vec<Attempt>, a: Attempt) {
+    history.push(a);
+    if history.len() > MAX_HISTORY {
+        let extra = history.len() - MAX_HISTORY;
+        history.drain(..extra);
+    }
 }
 
 /// A fresh random token (128 bits, hex).

@@ -104,7 +104,7 @@ use axum::http::{HeaderMap, Request, StatusCode};
 use axum::Router;
 use http_body_util::BodyExt;
 use serde_json::Value;
-use ternflow_server::{AppState, Config, EmbeddedStore, FakeClock, HashEmbedder, Role, Tokens};
+use ternflow_server::{AppState, Config, FakeClock, HashEmbedder, MemoryStore, Role, Tokens};
 use tower::ServiceExt;
 
 pub const PRODUCER: &str = "tok-producer";
@@ -122,7 +122,7 @@ pub fn tokens() -> Tokens {
 /// State over an in-memory embedded store, a fake clock and the hash embedder.
 pub fn state_with(config: Config) -> (AppState, FakeClock) {
     let clock = FakeClock::new(1_000_000);
-    let state = AppState::new(Arc::new(EmbeddedStore::in_memory()), tokens(), config)
+    let state = AppState::new(Arc::new(MemoryStore::new()), tokens(), config)
         .with_clock(Arc::new(clock.clone()))
         .with_embedder(Arc::new(HashEmbedder::default()));
     (state, clock)
@@ -192,4 +192,11 @@ pub async fn call(
         }
         None => call_raw(app, method, uri, token, None, Vec::new()).await,
     }
+}
+
+/// Takes the lock on `key` and returns its fence (the fence a `PUT /v1/cache/{key}` must carry).
+pub async fn lock_fence(app: &Router, key: &str) -> u64 {
+    let r = call(app, "POST", &format!("/v1/locks/{key}"), Some(WORKER), None).await;
+    assert_eq!(r.status, StatusCode::OK, "lock {key}: {}", r.text);
+    r.json["fence"].as_u64().unwrap()
 }

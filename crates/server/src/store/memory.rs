@@ -1,32 +1,13 @@
-//! The embedded store: the whole state in memory, every change appended to a journal file that is
-//! replayed on start.
-//!
-//! # Journal
-//! `DIR/journal.jsonl`, one JSON record per line: the full new state of a job or cache entry, or
-//! a fence ceiling. Replay applies them in order (last write wins); a torn final line (a crash
-//! mid-write) is ignored. On open, and whenever the journal holds many more records than live
-//! entries, it is compacted: the live state is written to a temporary file, synced and renamed
-//! over the journal.
-//!
-//! # Durability ([`Fsync`])
-//! Every operation's records are written and flushed to the OS before the operation returns, so a
-//! killed process loses nothing. [`Fsync::Always`] also `fdatasync`s each operation, so a power
-//! failure loses nothing either, at the cost of a disk sync per call (the default is
-//! [`Fsync::Never`]: flush only, like Redis's `appendfsync no`).
-//!
-//! Locks are not journaled (a restart frees them: their holders' fences stay valid because fences
-//! are allocated in journaled blocks of 1 000 and so never repeat). Event ids start at the
-//! start-up time in ms × 1000, so they keep growing across restarts.
+//! The in-memory store: the whole state in memory, nothing on disk (tests, benchmarks, and a
+//! reference for the other stores' semantics). Same behaviour as [`super::sqlite::SqliteStore`]
+//! and [`super::redis::RedisStore`]: all three pass the [conformance suite](super::conformance).
 
 use std::collections::{BTreeSet, HashMap};
-use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead, BufReader, BufWriter, Write};
-use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
+use ternflow_core::keys;
 use ternflow_core::protocol::{
     Attempt, CacheEntry, ClaimedJob, DlqEntry, Enqueued, JobError, JobResult, JobSpec, JobState,
     JobStatus, Lease, LockGrant, NackResponse, QueueDepth, ServerEvent,
@@ -34,30 +15,17 @@ use ternflow_core::protocol::{
 use tokio::sync::broadcast;
 
 use super::{
-    new_token, AckOutcome, Claimed, JobRecord, LockOutcome, NumberedEvent, PutOutcome, Store,
+    cap_error, new_token, push_history, AckOutcome, CacheStore, Claimed, EventBus, Fenced,
+    JobRecord, LockOutcome, LockStore, NumberedEvent, PutOutcome, QueueStore,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 
-/// When journal writes reach the disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Fsync {
-    /// Flush to the OS after every operation (survives a process crash).
-    #[default]
-    Never,
-    /// Also `fdatasync` after every operation (survives power loss).
-    Always,
-}
-
-const FENCE_BLOCK: u64 = 1_000;
-const COMPACT_MIN_RECORDS: u64 = 100_000;
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 struct Job {
     id: String,
     text: String,
     model_id: String,
     priority: i32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     meta: Option<serde_json::Value>,
     trace_id: String,
     seq: u64,
@@ -66,8 +34,7 @@ struct Job {
     state: St,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "s", rename_all = "lowercase")]
+#[derive(Debug, Clone)]
 enum St {
     Ready,
     Delayed {
@@ -83,61 +50,12 @@ enum St {
     Done {
         result: JobResult,
         token: String,
-        #[serde(default)]
         done_at: u64,
     },
     Dead {
         error: JobError,
         dead_at: u64,
     },
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "t", rename_all = "lowercase")]
-enum Rec {
-    Job {
-        job: Job,
-    },
-    Cache {
-        key: String,
-        entry: Option<CacheEntry>,
-    },
-    Fence {
-        ceiling: u64,
-    },
-    Forget {
-        id: String,
-    },
-}
-
-#[derive(Debug)]
-struct Journal {
-    path: PathBuf,
-    file: BufWriter<File>,
-    fsync: Fsync,
-    records: u64,
-    dirty: bool,
-}
-
-impl Journal {
-    fn append(&mut self, rec: &Rec) -> std::io::Result<()> {
-        serde_json::to_writer(&mut self.file, rec)?;
-        self.file.write_all(b"\n")?;
-        self.records += 1;
-        self.dirty = true;
-        Ok(())
-    }
-
-    fn commit(&mut self) -> std::io::Result<()> {
-        if self.dirty {
-            self.file.flush()?;
-            if self.fsync == Fsync::Always {
-                self.file.get_ref().sync_data()?;
-            }
-            self.dirty = false;
-        }
-        Ok(())
-    }
 }
 
 #[derive(Debug, Default)]
@@ -153,9 +71,6 @@ struct Inner {
     locks: HashMap<String, LockGrant>,
     seq: u64,
     fence: u64,
-    fence_ceiling: u64,
-    journal: Option<Journal>,
-    pending: Vec<Rec>,
 }
 
 impl Inner {
@@ -212,21 +127,15 @@ impl Inner {
             }
             self.done.pop_first();
             self.jobs.remove(&id);
-            if self.journal.is_some() {
-                self.pending.push(Rec::Forget { id });
-            }
         }
     }
 
-    /// Stores `j` (re-indexing it) and journals it.
+    /// Stores `j`, re-indexing it.
     fn put_job(&mut self, j: Job) {
         if let Some(old) = self.jobs.remove(&j.id) {
             self.unindex(&old);
         }
         self.index(&j);
-        if self.journal.is_some() {
-            self.pending.push(Rec::Job { job: j.clone() });
-        }
         self.jobs.insert(j.id.clone(), j);
     }
 
@@ -237,74 +146,7 @@ impl Inner {
 
     fn next_fence(&mut self) -> u64 {
         self.fence += 1;
-        if self.fence > self.fence_ceiling {
-            self.fence_ceiling = self.fence + FENCE_BLOCK;
-            if self.journal.is_some() {
-                self.pending.push(Rec::Fence {
-                    ceiling: self.fence_ceiling,
-                });
-            }
-        }
         self.fence
-    }
-
-    /// Writes pending records; called once per operation.
-    fn commit(&mut self) -> Result<()> {
-        let Some(journal) = self.journal.as_mut() else {
-            self.pending.clear();
-            return Ok(());
-        };
-        let pending = std::mem::take(&mut self.pending);
-        for rec in &pending {
-            journal
-                .append(rec)
-                .map_err(|e| Error::Store(format!("journal write: {e}")))?;
-        }
-        journal
-            .commit()
-            .map_err(|e| Error::Store(format!("journal flush: {e}")))?;
-        let live = (self.jobs.len() + self.cache.len()) as u64;
-        if journal.records > COMPACT_MIN_RECORDS && journal.records > 4 * live {
-            self.compact()
-                .map_err(|e| Error::Store(format!("journal compaction: {e}")))?;
-        }
-        Ok(())
-    }
-
-    fn compact(&mut self) -> std::io::Result<()> {
-        let Some(journal) = self.journal.as_mut() else {
-            return Ok(());
-        };
-        let tmp = journal.path.with_extension("jsonl.tmp");
-        let mut w = BufWriter::new(File::create(&tmp)?);
-        let mut records = 0;
-        let mut write = |rec: &Rec| -> std::io::Result<()> {
-            serde_json::to_writer(&mut w, rec)?;
-            w.write_all(b"\n")?;
-            records += 1;
-            Ok(())
-        };
-        write(&Rec::Fence {
-            ceiling: self.fence_ceiling.max(self.fence),
-        })?;
-        for job in self.jobs.values() {
-            write(&Rec::Job { job: job.clone() })?;
-        }
-        for (key, entry) in &self.cache {
-            write(&Rec::Cache {
-                key: key.clone(),
-                entry: Some(entry.clone()),
-            })?;
-        }
-        w.flush()?;
-        w.get_ref().sync_all()?;
-        drop(w);
-        fs::rename(&tmp, &journal.path)?;
-        let file = OpenOptions::new().append(true).open(&journal.path)?;
-        journal.file = BufWriter::new(file);
-        journal.records = records;
-        journal.dirty = false;
-        Ok(())
     }
 
     fn expire_lease(&mut self, mut j: Job, max_attempts: u32, now: u64, out: &mut Claimed) {
@@ -317,13 +159,14 @@ impl Inner {
                 message: "the lease expired before an ack or nack".to_owned(),
                 retryable: true,
             };
-            j.history.push(Attempt {
+            let attempt = Attempt {
                 attempt: j.attempt,
                 worker: worker.clone(),
                 leased_at: *leased_at,
                 ended_at: now,
                 error: error.clone(),
-            });
+            };
+            push_history(&mut j.history, attempt);
             if j.attempt >= max_attempts {
                 out.dead.push(j.id.clone());
                 j.state = St::Dead {
@@ -340,98 +183,25 @@ impl Inner {
     }
 }
 
-/// The embedded store. See the [module docs](self).
+/// The in-memory store. See the [module docs](self).
 #[derive(Debug)]
-pub struct EmbeddedStore {
+pub struct MemoryStore {
     inner: Mutex<Inner>,
     events: broadcast::Sender<NumberedEvent>,
     /// Last event id; held while sending so events leave in id order.
     event_seq: Mutex<u64>,
 }
 
-impl EmbeddedStore {
-    /// A store that keeps nothing on disk (tests, benchmarks).
-    pub fn in_memory() -> Self {
-        Self::with_inner(Inner::default())
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
     }
+}
 
-    /// Opens (or creates) the store in `dir`, replaying its journal.
-    ///
-    /// # Errors
-    /// [`Error::Store`] when the directory or journal cannot be read or written, or a record
-    /// other than the last is corrupt.
-    pub fn open(dir: &Path, fsync: Fsync) -> Result<Self> {
-        let io = |what: &str, e: std::io::Error| Error::Store(format!("{what}: {e}"));
-        fs::create_dir_all(dir).map_err(|e| io("create data dir", e))?;
-        let path = dir.join("journal.jsonl");
-        let mut inner = Inner::default();
-        if path.exists() {
-            let f = File::open(&path).map_err(|e| io("open journal", e))?;
-            let lines: Vec<String> = BufReader::new(f)
-                .lines()
-                .collect::<std::io::Result<_>>()
-                .map_err(|e| io("read journal", e))?;
-            let n = lines.len();
-            for (i, line) in lines.iter().enumerate() {
-                if line.trim().is_empty() {
-                    continue;
-                }
-                let rec: Rec = match serde_json::from_str(line) {
-                    Ok(r) => r,
-                    Err(_) if i + 1 == n => break, // torn final write
-                    Err(e) => {
-                        return Err(Error::Store(format!(
-                            "journal line {} is corrupt: {e}",
-                            i + 1
-                        )))
-                    }
-                };
-                match rec {
-                    Rec::Job { job } => {
-                        inner.seq = inner.seq.max(job.seq);
-                        if let St::Leased { fence, .. } = &job.state {
-                            inner.fence = inner.fence.max(*fence);
-                        }
-                        if let Some(old) = inner.jobs.remove(&job.id) {
-                            inner.unindex(&old);
-                        }
-                        inner.index(&job);
-                        inner.jobs.insert(job.id.clone(), job);
-                    }
-                    Rec::Cache { key, entry } => match entry {
-                        Some(e) => {
-                            inner.fence = inner.fence.max(e.fence);
-                            inner.cache.insert(key, e);
-                        }
-                        None => {
-                            inner.cache.remove(&key);
-                        }
-                    },
-                    Rec::Fence { ceiling } => inner.fence = inner.fence.max(ceiling),
-                    Rec::Forget { id } => {
-                        if let Some(old) = inner.jobs.remove(&id) {
-                            inner.unindex(&old);
-                        }
-                    }
-                }
-            }
-        }
-        // Fences handed out before the restart may reach the last journaled ceiling.
-        inner.fence_ceiling = inner.fence;
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| io("open journal", e))?;
-        inner.journal = Some(Journal {
-            path,
-            file: BufWriter::new(file),
-            fsync,
-            records: 0,
-            dirty: false,
-        });
-        inner.compact().map_err(|e| io("compact journal", e))?;
-        Ok(Self::with_inner(inner))
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::with_inner(Inner::default())
     }
 
     /// Forgets finished jobs `ms` after their ack (checked at each claim), so the store does not
@@ -448,7 +218,7 @@ impl EmbeddedStore {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
-        EmbeddedStore {
+        MemoryStore {
             inner: Mutex::new(inner),
             events,
             event_seq: Mutex::new(start * 1_000),
@@ -488,7 +258,7 @@ fn status_of(j: &Job) -> JobStatus {
 }
 
 #[async_trait]
-impl Store for EmbeddedStore {
+impl QueueStore for MemoryStore {
     async fn enqueue(&self, jobs: Vec<JobRecord>, now: u64) -> Result<Vec<Enqueued>> {
         let mut g = self.lock();
         let mut out = Vec::with_capacity(jobs.len());
@@ -523,7 +293,6 @@ impl Store for EmbeddedStore {
                 state,
             });
         }
-        g.commit()?;
         Ok(out)
     }
 
@@ -599,7 +368,6 @@ impl Store for EmbeddedStore {
             });
             g.put_job(j);
         }
-        g.commit()?;
         Ok(out)
     }
 
@@ -631,7 +399,6 @@ impl Store for EmbeddedStore {
             _ => return Ok(None),
         };
         g.put_job(j);
-        g.commit()?;
         Ok(Some(lease))
     }
 
@@ -640,19 +407,21 @@ impl Store for EmbeddedStore {
         let Some(mut j) = g.jobs.get(id).cloned() else {
             return Ok(AckOutcome::Missing);
         };
-        match &j.state {
-            St::Leased { token: t, .. } if t == token => {}
+        let fence = match &j.state {
+            St::Leased {
+                token: t, fence, ..
+            } if t == token => *fence,
             St::Done { token: t, .. } if t == token => return Ok(AckOutcome::Repeated),
             _ => return Ok(AckOutcome::Stale),
-        }
+        };
+        let text_hash = keys::text_hash(&j.text);
         j.state = St::Done {
             result,
             token: token.to_owned(),
             done_at: now,
         };
         g.put_job(j);
-        g.commit()?;
-        Ok(AckOutcome::Done)
+        Ok(AckOutcome::Done { fence, text_hash })
     }
 
     async fn nack(
@@ -677,13 +446,15 @@ impl Store for EmbeddedStore {
             } if t == token => (worker.clone(), *leased_at),
             _ => return Ok(None),
         };
-        j.history.push(Attempt {
+        let error = cap_error(error);
+        let attempt = Attempt {
             attempt: j.attempt,
             worker,
             leased_at,
             ended_at: now,
             error: error.clone(),
-        });
+        };
+        push_history(&mut j.history, attempt);
         let resp = if !error.retryable || j.attempt >= max_attempts {
             j.state = St::Dead {
                 error,
@@ -697,7 +468,6 @@ impl Store for EmbeddedStore {
             }
         };
         g.put_job(j);
-        g.commit()?;
         Ok(Some(resp))
     }
 
@@ -714,7 +484,6 @@ impl Store for EmbeddedStore {
         j.seq = g.next_seq();
         j.state = St::Ready;
         g.put_job(j);
-        g.commit()?;
         Ok(true)
     }
 
@@ -758,7 +527,6 @@ impl Store for EmbeddedStore {
         j.seq = g.next_seq();
         j.state = St::Ready;
         g.put_job(j);
-        g.commit()?;
         Ok(true)
     }
 
@@ -772,46 +540,76 @@ impl Store for EmbeddedStore {
             dead: g.dead.len() as u64,
         })
     }
+}
 
+#[async_trait]
+impl CacheStore for MemoryStore {
     async fn cache_get(&self, key: &str, now: u64) -> Result<Option<CacheEntry>> {
         let g = self.lock();
         Ok(g.cache.get(key).filter(|e| e.expires_at > now).cloned())
     }
 
-    async fn cache_put(&self, key: &str, entry: CacheEntry, now: u64) -> Result<PutOutcome> {
+    async fn cache_put(
+        &self,
+        key: &str,
+        entry: CacheEntry,
+        by: Fenced,
+        now: u64,
+    ) -> Result<PutOutcome> {
         let mut g = self.lock();
+        if by == Fenced::ByLock
+            && !g
+                .locks
+                .get(key)
+                .is_some_and(|l| l.expires_at > now && l.fence == entry.fence)
+        {
+            return Ok(PutOutcome::Unfenced);
+        }
         let live = g.cache.get(key).filter(|e| e.expires_at > now).cloned();
         if let Some(cur) = &live {
             if cur.fence > entry.fence {
                 return Ok(PutOutcome::Stale(cur.clone()));
             }
         }
-        if g.journal.is_some() {
-            g.pending.push(Rec::Cache {
-                key: key.to_owned(),
-                entry: Some(entry.clone()),
-            });
-        }
         g.cache.insert(key.to_owned(), entry);
-        g.commit()?;
         Ok(PutOutcome::Stored {
             replaced: live.is_some(),
         })
     }
 
     async fn cache_delete(&self, key: &str) -> Result<bool> {
-        let mut g = self.lock();
-        let existed = g.cache.remove(key).is_some();
-        if existed && g.journal.is_some() {
-            g.pending.push(Rec::Cache {
-                key: key.to_owned(),
-                entry: None,
-            });
-        }
-        g.commit()?;
-        Ok(existed)
+        Ok(self.lock().cache.remove(key).is_some())
     }
 
+    async fn sweep(&self, now: u64, limit: usize) -> Result<u64> {
+        let mut g = self.lock();
+        let expired_entries: Vec<String> = g
+            .cache
+            .iter()
+            .filter(|(_, e)| e.expires_at <= now)
+            .map(|(k, _)| k.clone())
+            .take(limit)
+            .collect();
+        let expired_locks: Vec<String> = g
+            .locks
+            .iter()
+            .filter(|(_, l)| l.expires_at <= now)
+            .map(|(k, _)| k.clone())
+            .take(limit)
+            .collect();
+        let n = (expired_entries.len() + expired_locks.len()) as u64;
+        for k in expired_entries {
+            g.cache.remove(&k);
+        }
+        for k in expired_locks {
+            g.locks.remove(&k);
+        }
+        Ok(n)
+    }
+}
+
+#[async_trait]
+impl LockStore for MemoryStore {
     async fn lock_acquire(&self, key: &str, ttl_ms: u64, now: u64) -> Result<LockOutcome> {
         let mut g = self.lock();
         if let Some(cur) = g.locks.get(key) {
@@ -827,7 +625,6 @@ impl Store for EmbeddedStore {
             expires_at: now + ttl_ms,
         };
         g.locks.insert(key.to_owned(), grant.clone());
-        g.commit()?;
         Ok(LockOutcome::Granted(grant))
     }
 
@@ -856,7 +653,10 @@ impl Store for EmbeddedStore {
         }
         Ok(false)
     }
+}
 
+#[async_trait]
+impl EventBus for MemoryStore {
     async fn publish(&self, event: ServerEvent) -> Result<u64> {
         let mut seq = self.event_seq.lock().unwrap_or_else(|p| p.into_inner());
         *seq += 1;

@@ -4,7 +4,7 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `P:job:{id}` | hash | text, model_id, priority, meta, trace, state, attempt, seq, lease (token, fence, expires_at, worker, leased_at), available_at, result, error, dead_at, done_token |
-//! | `P:hist:{id}` | list | failed attempts (JSON), oldest first |
+//! | `P:hist:{id}` | list | the last `MAX_HISTORY` failed attempts (JSON), oldest first |
 //! | `P:ready` | zset | claimable ids, score = −priority·2⁴⁰ + seq (priority, then FIFO) |
 //! | `P:delayed` | zset | delayed and backing-off ids, score = available_at |
 //! | `P:leased` | zset | leased ids, score = lease expiry |
@@ -12,6 +12,8 @@
 //! | `P:seq`, `P:fence`, `P:evseq` | string | counters (`INCR`) |
 //! | `P:cache:{key}` | hash | model_id, vector, fence, expires_at |
 //! | `P:lock:{key}` | hash | token, fence, expires_at |
+//!
+//! The scripts are the `.lua` files beside this one (`head.lua` is prepended to each).
 //! | `P:events` | Pub/Sub channel | `{"id", "event", "data"}` |
 //!
 //! Every state change is one Lua script, so it is atomic. **Deviation from the architecture
@@ -45,232 +47,39 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use super::{
-    new_token, AckOutcome, Claimed, JobRecord, LockOutcome, NumberedEvent, PutOutcome, Store,
+    cap_error, new_token, AckOutcome, CacheStore, Claimed, EventBus, Fenced, JobRecord,
+    LockOutcome, LockStore, NumberedEvent, PutOutcome, QueueStore,
 };
 use crate::error::{Error, Result};
 
 /// Redis keeps a cache entry or lock this long past its logical expiry before deleting it.
 const GC_SLACK_MS: u64 = 60_000;
 
-const LUA_HEAD: &str = r#"
-local p = ARGV[1]
-local function f(x) return string.format('%.0f', x) end
-local function make_ready(id, k)
-  local seq = redis.call('INCR', p..':seq')
-  local pri = tonumber(redis.call('HGET', k, 'priority')) or 0
-  redis.call('HSET', k, 'state', 'ready', 'seq', seq)
-  redis.call('ZADD', p..':ready', f(-pri * 1099511627776 + seq % 1099511627776), id)
-end
-"#;
+const LUA_HEAD: &str = include_str!("head.lua");
 
-const ENQUEUE: &str = r#"
-local now = tonumber(ARGV[2])
-local out = {}
-local i = 3
-while i <= #ARGV do
-  local id = ARGV[i]
-  local k = p..':job:'..id
-  if redis.call('EXISTS', k) == 1 then
-    out[#out+1] = '0'
-  else
-    local at = tonumber(ARGV[i+4])
-    redis.call('HSET', k, 'text', ARGV[i+1], 'model_id', ARGV[i+2], 'priority', ARGV[i+3],
-      'meta', ARGV[i+5], 'trace', ARGV[i+6], 'attempt', 0, 'available_at', ARGV[i+4])
-    if at > now then
-      redis.call('HSET', k, 'state', 'delayed')
-      redis.call('ZADD', p..':delayed', f(at), id)
-    else
-      make_ready(id, k)
-    end
-    out[#out+1] = '1'
-  end
-  i = i + 7
-end
-return out
-"#;
+const ENQUEUE: &str = include_str!("enqueue.lua");
 
-const CLAIM: &str = r#"
-local now = tonumber(ARGV[2])
-local max = tonumber(ARGV[3])
-local lease = tonumber(ARGV[4])
-local maxatt = tonumber(ARGV[5])
-local worker = ARGV[6]
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', p..':delayed', '-inf', f(now), 'LIMIT', 0, 1000)) do
-  redis.call('ZREM', p..':delayed', id)
-  make_ready(id, p..':job:'..id)
-end
-local dead, expired = {}, {}
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', p..':leased', '-inf', f(now), 'LIMIT', 0, 1000)) do
-  local k = p..':job:'..id
-  redis.call('ZREM', p..':leased', id)
-  local h = redis.call('HMGET', k, 'attempt', 'worker', 'leased_at')
-  local err = {code = 'lease_expired', message = 'the lease expired before an ack or nack', retryable = true}
-  redis.call('RPUSH', p..':hist:'..id, cjson.encode({attempt = tonumber(h[1]), worker = h[2],
-    leased_at = tonumber(h[3]), ended_at = now, error = err}))
-  redis.call('HDEL', k, 'token', 'fence', 'expires_at')
-  if tonumber(h[1]) >= maxatt then
-    redis.call('HSET', k, 'state', 'dead', 'error', cjson.encode(err), 'dead_at', f(now))
-    redis.call('ZADD', p..':dlq', f(now), id)
-    dead[#dead+1] = id
-  else
-    make_ready(id, k)
-    expired[#expired+1] = id
-  end
-end
-local out = {tostring(#dead), tostring(#expired)}
-for _, id in ipairs(dead) do out[#out+1] = id end
-for _, id in ipairs(expired) do out[#out+1] = id end
-if max > 0 then
-  local popped = redis.call('ZPOPMIN', p..':ready', max)
-  for i = 1, #popped, 2 do
-    local id = popped[i]
-    local k = p..':job:'..id
-    local fence = redis.call('INCR', p..':fence')
-    local attempt = redis.call('HINCRBY', k, 'attempt', 1)
-    local token = ARGV[6 + (i + 1) / 2]
-    local exp = now + lease
-    redis.call('HSET', k, 'state', 'leased', 'token', token, 'fence', fence, 'expires_at', f(exp),
-      'worker', worker, 'leased_at', f(now))
-    redis.call('ZADD', p..':leased', f(exp), id)
-    local h = redis.call('HMGET', k, 'text', 'model_id', 'trace', 'meta')
-    out[#out+1] = id
-    out[#out+1] = h[1] or ''
-    out[#out+1] = h[2] or ''
-    out[#out+1] = tostring(attempt)
-    out[#out+1] = h[3] or ''
-    out[#out+1] = token
-    out[#out+1] = tostring(fence)
-    out[#out+1] = f(exp)
-    out[#out+1] = h[4] or ''
-  end
-end
-return out
-"#;
+const CLAIM: &str = include_str!("claim.lua");
 
-const HEARTBEAT: &str = r#"
-local id, token = ARGV[2], ARGV[3]
-local k = p..':job:'..id
-local h = redis.call('HMGET', k, 'state', 'token', 'fence')
-if h[1] ~= 'leased' or h[2] ~= token then return {} end
-local exp = tonumber(ARGV[4]) + tonumber(ARGV[5])
-redis.call('HSET', k, 'expires_at', f(exp))
-redis.call('ZADD', p..':leased', f(exp), id)
-return {h[3], f(exp)}
-"#;
+const HEARTBEAT: &str = include_str!("heartbeat.lua");
 
-const ACK: &str = r#"
-local id, token = ARGV[2], ARGV[3]
-local k = p..':job:'..id
-local h = redis.call('HMGET', k, 'state', 'token', 'done_token')
-if not h[1] then return -1 end
-if h[1] == 'leased' and h[2] == token then
-  redis.call('HSET', k, 'state', 'done', 'result', ARGV[4], 'done_token', token)
-  redis.call('HDEL', k, 'token', 'expires_at')
-  redis.call('ZREM', p..':leased', id)
-  if ARGV[5] ~= '' then
-    redis.call('PEXPIRE', k, ARGV[5])
-    redis.call('PEXPIRE', p..':hist:'..id, ARGV[5])
-  end
-  return 1
-elseif h[1] == 'done' and h[3] == token then
-  return 2
-end
-return 0
-"#;
+const ACK: &str = include_str!("ack.lua");
 
-const NACK: &str = r#"
-local id, token = ARGV[2], ARGV[3]
-local errjson, retryable, retry_at = ARGV[4], ARGV[5], tonumber(ARGV[6])
-local maxatt, now = tonumber(ARGV[7]), tonumber(ARGV[8])
-local k = p..':job:'..id
-local h = redis.call('HMGET', k, 'state', 'token', 'attempt', 'worker', 'leased_at')
-if h[1] ~= 'leased' or h[2] ~= token then return {} end
-redis.call('ZREM', p..':leased', id)
-redis.call('HDEL', k, 'token', 'fence', 'expires_at')
-redis.call('RPUSH', p..':hist:'..id, cjson.encode({attempt = tonumber(h[3]), worker = h[4],
-  leased_at = tonumber(h[5]), ended_at = now, error = cjson.decode(errjson)}))
-if retryable == '0' or tonumber(h[3]) >= maxatt then
-  redis.call('HSET', k, 'state', 'dead', 'error', errjson, 'dead_at', f(now))
-  redis.call('ZADD', p..':dlq', f(now), id)
-  return {'dead'}
-end
-redis.call('HSET', k, 'state', 'delayed', 'available_at', f(retry_at))
-redis.call('ZADD', p..':delayed', f(retry_at), id)
-return {'retry', f(retry_at)}
-"#;
+const NACK: &str = include_str!("nack.lua");
 
-const RELEASE: &str = r#"
-local id, token = ARGV[2], ARGV[3]
-local k = p..':job:'..id
-local h = redis.call('HMGET', k, 'state', 'token')
-if h[1] ~= 'leased' or h[2] ~= token then return 0 end
-redis.call('ZREM', p..':leased', id)
-redis.call('HDEL', k, 'token', 'fence', 'expires_at')
-redis.call('HINCRBY', k, 'attempt', -1)
-make_ready(id, k)
-return 1
-"#;
+const RELEASE: &str = include_str!("release.lua");
 
-const REDRIVE: &str = r#"
-local id = ARGV[2]
-local k = p..':job:'..id
-if redis.call('HGET', k, 'state') ~= 'dead' then return 0 end
-redis.call('ZREM', p..':dlq', id)
-redis.call('HSET', k, 'attempt', 0)
-redis.call('HDEL', k, 'error', 'dead_at')
-make_ready(id, k)
-return 1
-"#;
+const REDRIVE: &str = include_str!("redrive.lua");
 
-const CACHE_PUT: &str = r#"
-local k = p..':cache:'..ARGV[2]
-local fence, exp, now, px = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8]
-local cur = redis.call('HMGET', k, 'model_id', 'vector', 'fence', 'expires_at')
-local live = cur[3] and tonumber(cur[4]) > now
-if live and tonumber(cur[3]) > fence then
-  return {'0', cur[1], cur[2], cur[3], cur[4]}
-end
-redis.call('HSET', k, 'model_id', ARGV[3], 'vector', ARGV[4], 'fence', ARGV[5], 'expires_at', exp)
-redis.call('PEXPIRE', k, px)
-if live then return {'1', '1'} end
-return {'1', '0'}
-"#;
+const CACHE_PUT: &str = include_str!("cache_put.lua");
 
-const LOCK_ACQUIRE: &str = r#"
-local k = p..':lock:'..ARGV[2]
-local token, now, ttl, px = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
-local exp = redis.call('HGET', k, 'expires_at')
-if exp and tonumber(exp) > now then return {'0', exp} end
-local fence = redis.call('INCR', p..':fence')
-redis.call('HSET', k, 'token', token, 'fence', fence, 'expires_at', f(now + ttl))
-redis.call('PEXPIRE', k, px)
-return {'1', tostring(fence), f(now + ttl)}
-"#;
+const LOCK_ACQUIRE: &str = include_str!("lock_acquire.lua");
 
-const LOCK_RENEW: &str = r#"
-local k = p..':lock:'..ARGV[2]
-local token, now, ttl, px = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
-local h = redis.call('HMGET', k, 'token', 'fence', 'expires_at')
-if h[1] ~= token or tonumber(h[3]) <= now then return {} end
-redis.call('HSET', k, 'expires_at', f(now + ttl))
-redis.call('PEXPIRE', k, px)
-return {h[2], f(now + ttl)}
-"#;
+const LOCK_RENEW: &str = include_str!("lock_renew.lua");
 
-const LOCK_RELEASE: &str = r#"
-local k = p..':lock:'..ARGV[2]
-if redis.call('HGET', k, 'token') == ARGV[3] then
-  redis.call('DEL', k)
-  return 1
-end
-return 0
-"#;
+const LOCK_RELEASE: &str = include_str!("lock_release.lua");
 
-const PUBLISH: &str = r#"
-local id = redis.call('INCR', p..':evseq')
-redis.call('PUBLISH', p..':events', '{"id":'..id..','..string.sub(ARGV[2], 2))
-return id
-"#;
+const PUBLISH: &str = include_str!("publish.lua");
 
 struct Scripts {
     enqueue: Script,
@@ -289,7 +98,12 @@ struct Scripts {
 
 impl Scripts {
     fn new() -> Self {
-        let s = |body: &str| Script::new(&format!("{LUA_HEAD}{body}"));
+        let s = |body: &str| {
+            Script::new(&format!(
+                "local max_history = {}\n{LUA_HEAD}{body}",
+                super::MAX_HISTORY
+            ))
+        };
         Scripts {
             enqueue: s(ENQUEUE),
             claim: s(CLAIM),
@@ -444,7 +258,7 @@ fn meta_of(s: &str) -> Result<Option<serde_json::Value>> {
 }
 
 #[async_trait]
-impl Store for RedisStore {
+impl QueueStore for RedisStore {
     async fn enqueue(&self, jobs: Vec<JobRecord>, now: u64) -> Result<Vec<Enqueued>> {
         if jobs.is_empty() {
             return Ok(Vec::new());
@@ -556,7 +370,7 @@ impl Store for RedisStore {
         let result = serde_json::to_string(&result)
             .map_err(|e| Error::Store(format!("encode result: {e}")))?;
         let mut con = self.con.clone();
-        let code: i64 = self
+        let out: Vec<String> = self
             .scripts
             .ack
             .arg(&self.prefix)
@@ -571,10 +385,13 @@ impl Store for RedisStore {
             .invoke_async(&mut con)
             .await
             .map_err(store_err)?;
-        Ok(match code {
-            1 => AckOutcome::Done,
-            2 => AckOutcome::Repeated,
-            -1 => AckOutcome::Missing,
+        Ok(match out.first().map(String::as_str) {
+            Some("1") if out.len() == 3 => AckOutcome::Done {
+                fence: parse(&out[1], "fence")?,
+                text_hash: ternflow_core::keys::text_hash(&out[2]),
+            },
+            Some("2") => AckOutcome::Repeated,
+            Some("-1") => AckOutcome::Missing,
             _ => AckOutcome::Stale,
         })
     }
@@ -588,6 +405,7 @@ impl Store for RedisStore {
         max_attempts: u32,
         now: u64,
     ) -> Result<Option<NackResponse>> {
+        let error = cap_error(error);
         let errjson = serde_json::to_string(&error)
             .map_err(|e| Error::Store(format!("encode error: {e}")))?;
         let mut con = self.con.clone();
@@ -724,7 +542,10 @@ impl Store for RedisStore {
             dead,
         })
     }
+}
 
+#[async_trait]
+impl CacheStore for RedisStore {
     async fn cache_get(&self, key: &str, now: u64) -> Result<Option<CacheEntry>> {
         let mut con = self.con.clone();
         let h: Vec<Option<String>> = redis::cmd("HMGET")
@@ -753,7 +574,13 @@ impl Store for RedisStore {
         }))
     }
 
-    async fn cache_put(&self, key: &str, entry: CacheEntry, now: u64) -> Result<PutOutcome> {
+    async fn cache_put(
+        &self,
+        key: &str,
+        entry: CacheEntry,
+        by: Fenced,
+        now: u64,
+    ) -> Result<PutOutcome> {
         let px = entry.expires_at.saturating_sub(now) + GC_SLACK_MS;
         let mut con = self.con.clone();
         let out: Vec<String> = self
@@ -767,9 +594,13 @@ impl Store for RedisStore {
             .arg(entry.expires_at)
             .arg(now)
             .arg(px)
+            .arg(if by == Fenced::ByLock { "1" } else { "0" })
             .invoke_async(&mut con)
             .await
             .map_err(store_err)?;
+        if out.first().map(String::as_str) == Some("u") {
+            return Ok(PutOutcome::Unfenced);
+        }
         if out.first().map(String::as_str) == Some("1") {
             return Ok(PutOutcome::Stored {
                 replaced: out.get(1).map(String::as_str) == Some("1"),
@@ -799,6 +630,15 @@ impl Store for RedisStore {
         Ok(n > 0)
     }
 
+    async fn sweep(&self, _now: u64, _limit: usize) -> Result<u64> {
+        // Cache entries and locks carry Redis TTLs (`PEXPIRE`, expiry + GC_SLACK_MS): Redis
+        // removes them itself.
+        Ok(0)
+    }
+}
+
+#[async_trait]
+impl LockStore for RedisStore {
     async fn lock_acquire(&self, key: &str, ttl_ms: u64, now: u64) -> Result<LockOutcome> {
         let token = new_token();
         let mut con = self.con.clone();
@@ -870,7 +710,10 @@ impl Store for RedisStore {
             .map_err(store_err)?;
         Ok(n == 1)
     }
+}
 
+#[async_trait]
+impl EventBus for RedisStore {
     async fn publish(&self, event: ServerEvent) -> Result<u64> {
         // `{"event":…,"data":…}` — the script splices the id in after the opening brace.
         let body = serde_json::to_string(&event)

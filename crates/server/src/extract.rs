@@ -1,0 +1,92 @@
+//! Extractors whose rejections are the protocol's JSON error body, never axum's plain text:
+//! [`Json`] (400 `bad_json`, 413 `too_large`, 400 `bad_content_type`), [`Path`] (400
+//! `bad_path`) and [`Query`] (400 `bad_query`).
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use crate::error::Error;
+
+/// JSON body extractor and response wrapper.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Json<T>(pub T);
+
+impl<T, S> FromRequest<S> for Json<T>
+where
+    axum::Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    S: Send + Sync,
+{
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(Json(v)),
+            Err(rej) => Err(map_rejection(rej)),
+        }
+    }
+}
+
+fn map_rejection(rej: JsonRejection) -> Error {
+    if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return Error::too_large(
+            "too_large",
+            "request body is larger than the server's limit",
+        );
+    }
+    match rej {
+        JsonRejection::MissingJsonContentType(_) => Error::bad_request(
+            "bad_content_type",
+            "expected `Content-Type: application/json`",
+        ),
+        JsonRejection::JsonSyntaxError(e) => Error::bad_request("bad_json", e.body_text()),
+        JsonRejection::JsonDataError(e) => Error::bad_request("bad_json", e.body_text()),
+        other => Error::bad_request("bad_json", other.body_text()),
+    }
+}
+
+impl<T: serde::Serialize> IntoResponse for Json<T> {
+    fn into_response(self) -> Response {
+        axum::Json(self.0).into_response()
+    }
+}
+
+/// Path parameters; a value that does not decode (`/v1/jobs/%FF`) is 400 `bad_path`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Path<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for Path<T>
+where
+    axum::extract::Path<T>: FromRequestParts<S, Rejection = PathRejection>,
+    S: Send + Sync,
+{
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(Path(v)),
+            Err(rej) => Err(Error::bad_request("bad_path", rej.body_text())),
+        }
+    }
+}
+
+/// Query parameters; a value that does not parse (`?limit=abc`) is 400 `bad_query`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Query<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for Query<T>
+where
+    axum::extract::Query<T>: FromRequestParts<S, Rejection = QueryRejection>,
+    S: Send + Sync,
+{
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(Query(v)),
+            Err(rej) => Err(Error::bad_request("bad_query", rej.body_text())),
+        }
+    }
+}

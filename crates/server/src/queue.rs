@@ -1,0 +1,61 @@
+//! Queue rules shared by the job, dead-letter and event routes: id validation, the `jobs`
+//! event, and telling a lost lease from a missing job.
+
+use ternflow_core::keys;
+use ternflow_core::protocol::{JobsEvent, ServerEvent};
+
+use crate::error::{Error, Result};
+use crate::state::AppState;
+
+/// Checks a job id, cache key or lock key.
+///
+/// # Errors
+/// 400 `bad_id`.
+pub(crate) fn valid_id(id: &str) -> Result<()> {
+    if keys::is_valid_key(id) {
+        Ok(())
+    } else {
+        Err(Error::bad_request(
+            "bad_id",
+            "ids and keys are 1–200 characters of [A-Za-z0-9-_.:]",
+        ))
+    }
+}
+
+/// Publishes a `jobs` event with the current ready depth (wakes idle workers everywhere).
+pub(crate) async fn publish_depth(state: &AppState) {
+    let now = state.now();
+    let depth = match state.store.depth(now).await {
+        Ok(d) => d.ready,
+        Err(e) => {
+            tracing::warn!(error = %e, "depth for jobs event");
+            return;
+        }
+    };
+    if let Err(e) = state
+        .store
+        .publish(ServerEvent::Jobs(JobsEvent { depth }))
+        .await
+    {
+        tracing::warn!(error = %e, "publish jobs event");
+    }
+}
+
+/// 409 `lease_lost` when the job exists (its lease is someone else's, or it is finished), 404
+/// when it does not.
+pub(crate) async fn lost_or_missing(state: &AppState, id: &str) -> Error {
+    match state.store.status(id).await {
+        Ok(None) => Error::NotFound(format!("no job {id}")),
+        Ok(Some(_)) => lease_lost(state),
+        Err(e) => e,
+    }
+}
+
+/// 409 `lease_lost`, counted.
+pub(crate) fn lease_lost(state: &AppState) -> Error {
+    state.metrics.add(|c| &c.leases_lost, 1);
+    Error::conflict(
+        "lease_lost",
+        "this token does not hold the job's lease (expired and re-delivered, or finished)",
+    )
+}

@@ -1,0 +1,17 @@
+local id, token = ARGV[2], ARGV[3]
+local k = p..':job:'..id
+local h = redis.call('HMGET', k, 'state', 'token', 'done_token', 'fence', 'text')
+if not h[1] then return {'-1'} end
+if h[1] == 'leased' and h[2] == token then
+  redis.call('HSET', k, 'state', 'done', 'result', ARGV[4], 'done_token', token)
+  redis.call('HDEL', k, 'token', 'expires_at', 'fence')
+  redis.call('ZREM', p..':leased', id)
+  if ARGV[5] ~= '' then
+    redis.call('PEXPIRE', k, ARGV[5])
+    redis.call('PEXPIRE', p..':hist:'..id, ARGV[5])
+  end
+  return {'1', h[4] or '0', h[5] or ''}
+elseif h[1] == 'done' and h[3] == token then
+  return {'2'}
+end
+return {'0'}

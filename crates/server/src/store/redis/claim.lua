@@ -1,0 +1,55 @@
+local now = tonumber(ARGV[2])
+local max = tonumber(ARGV[3])
+local lease = tonumber(ARGV[4])
+local maxatt = tonumber(ARGV[5])
+local worker = ARGV[6]
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', p..':delayed', '-inf', f(now), 'LIMIT', 0, 1000)) do
+  redis.call('ZREM', p..':delayed', id)
+  make_ready(id, p..':job:'..id)
+end
+local dead, expired = {}, {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', p..':leased', '-inf', f(now), 'LIMIT', 0, 1000)) do
+  local k = p..':job:'..id
+  redis.call('ZREM', p..':leased', id)
+  local h = redis.call('HMGET', k, 'attempt', 'worker', 'leased_at')
+  local err = {code = 'lease_expired', message = 'the lease expired before an ack or nack', retryable = true}
+  push_history(id, cjson.encode({attempt = tonumber(h[1]), worker = h[2],
+    leased_at = tonumber(h[3]), ended_at = now, error = err}))
+  redis.call('HDEL', k, 'token', 'fence', 'expires_at')
+  if tonumber(h[1]) >= maxatt then
+    redis.call('HSET', k, 'state', 'dead', 'error', cjson.encode(err), 'dead_at', f(now))
+    redis.call('ZADD', p..':dlq', f(now), id)
+    dead[#dead+1] = id
+  else
+    make_ready(id, k)
+    expired[#expired+1] = id
+  end
+end
+local out = {tostring(#dead), tostring(#expired)}
+for _, id in ipairs(dead) do out[#out+1] = id end
+for _, id in ipairs(expired) do out[#out+1] = id end
+if max > 0 then
+  local popped = redis.call('ZPOPMIN', p..':ready', max)
+  for i = 1, #popped, 2 do
+    local id = popped[i]
+    local k = p..':job:'..id
+    local fence = redis.call('INCR', p..':fence')
+    local attempt = redis.call('HINCRBY', k, 'attempt', 1)
+    local token = ARGV[6 + (i + 1) / 2]
+    local exp = now + lease
+    redis.call('HSET', k, 'state', 'leased', 'token', token, 'fence', fence, 'expires_at', f(exp),
+      'worker', worker, 'leased_at', f(now))
+    redis.call('ZADD', p..':leased', f(exp), id)
+    local h = redis.call('HMGET', k, 'text', 'model_id', 'trace', 'meta')
+    out[#out+1] = id
+    out[#out+1] = h[1] or ''
+    out[#out+1] = h[2] or ''
+    out[#out+1] = tostring(attempt)
+    out[#out+1] = h[3] or ''
+    out[#out+1] = token
+    out[#out+1] = tostring(fence)
+    out[#out+1] = f(exp)
+    out[#out+1] = h[4] or ''
+  end
+end
+return out

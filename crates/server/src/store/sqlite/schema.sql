@@ -1,0 +1,61 @@
+-- ternflow's embedded store (SQLite, WAL). Applied on open; every statement is idempotent.
+-- Times are Unix milliseconds. Operators may read this database with `sqlite3` while the
+-- server runs (WAL readers do not block the writer); writing to it by hand is not supported.
+
+CREATE TABLE IF NOT EXISTS meta (
+  k TEXT PRIMARY KEY,
+  v INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- One row per job, in one of five states:
+--   ready    (seq orders FIFO within a priority)
+--   delayed  (available_at: when it becomes ready)
+--   leased   (token, fence, expires_at, worker, leased_at)
+--   done     (result, token = the acking lease's, ended_at)
+--   dead     (error, ended_at)
+-- history: JSON array of the last failed attempts (capped by the server).
+CREATE TABLE IF NOT EXISTS jobs (
+  id           TEXT PRIMARY KEY,
+  text         TEXT NOT NULL,
+  model_id     TEXT NOT NULL,
+  priority     INTEGER NOT NULL,
+  meta         TEXT,
+  trace_id     TEXT NOT NULL,
+  seq          INTEGER NOT NULL,
+  attempt      INTEGER NOT NULL DEFAULT 0,
+  history      TEXT NOT NULL DEFAULT '[]',
+  state        TEXT NOT NULL,
+  available_at INTEGER NOT NULL DEFAULT 0,
+  token        TEXT,
+  fence        INTEGER,
+  expires_at   INTEGER,
+  worker       TEXT,
+  leased_at    INTEGER,
+  result       TEXT,
+  error        TEXT,
+  ended_at     INTEGER
+);
+CREATE INDEX IF NOT EXISTS jobs_ready   ON jobs (priority DESC, seq) WHERE state = 'ready';
+CREATE INDEX IF NOT EXISTS jobs_delayed ON jobs (available_at, seq)  WHERE state = 'delayed';
+CREATE INDEX IF NOT EXISTS jobs_leased  ON jobs (expires_at)         WHERE state = 'leased';
+CREATE INDEX IF NOT EXISTS jobs_dead    ON jobs (ended_at, seq)      WHERE state = 'dead';
+CREATE INDEX IF NOT EXISTS jobs_done    ON jobs (ended_at)           WHERE state = 'done';
+
+-- The remote cache: vector as little-endian f32 bytes.
+CREATE TABLE IF NOT EXISTS cache (
+  key        TEXT PRIMARY KEY,
+  model_id   TEXT NOT NULL,
+  vector     BLOB NOT NULL,
+  fence      INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS cache_expiry ON cache (expires_at);
+
+-- Single-flight locks. Kept across restarts, so a live holder's fence stays valid.
+CREATE TABLE IF NOT EXISTS locks (
+  key        TEXT PRIMARY KEY,
+  token      TEXT NOT NULL,
+  fence      INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS locks_expiry ON locks (expires_at);
