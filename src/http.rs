@@ -17,8 +17,8 @@ use serde::Serialize;
 use ternflow_core::ports::{Embedder, JobSource, Locks, PutOutcome, RemoteCache};
 use ternflow_core::protocol::{
     AckRequest, CacheEntry, CachePut, ClaimRequest, ClaimResponse, ClaimedJob, EmbedRequest,
-    EmbedResponse, HeartbeatRequest, HeartbeatResponse, Lease, LockGrant, LockRequest, LockToken,
-    NackRequest, NackResponse, WorkerMetrics,
+    EmbedResponse, ErrorBody, HeartbeatRequest, HeartbeatResponse, Lease, LockGrant, LockRequest,
+    LockToken, NackRequest, NackResponse, ReleaseRequest, WorkerMetrics,
 };
 use ternflow_core::{Error, Result};
 
@@ -43,20 +43,8 @@ pub struct ClientInner {
     token: String,
     worker: String,
     backend_model: RefCell<Option<String>>,
-}
-
-/// The protocol's error body; a refused cache put adds the stored entry beside `error`.
-#[derive(serde::Deserialize)]
-struct ErrorBody {
-    error: ErrorDetail,
-    #[serde(default)]
-    entry: Option<CacheEntry>,
-}
-
-#[derive(serde::Deserialize)]
-struct ErrorDetail {
-    code: String,
-    message: String,
+    /// The model this worker embeds with, named in claims (it fills in model-less jobs).
+    claim_model: RefCell<Option<String>>,
 }
 
 enum Method {
@@ -75,8 +63,15 @@ impl HttpClient {
                 token: token.to_owned(),
                 worker: worker.to_owned(),
                 backend_model: RefCell::new(None),
+                claim_model: RefCell::new(None),
             }),
         }
+    }
+
+    /// Names `model` in this worker's claims: jobs enqueued without a model id are handed out
+    /// with it (the server's one rule for model-less jobs).
+    pub fn set_claim_model(&self, model: Option<String>) {
+        *self.claim_model.borrow_mut() = model;
     }
 
     /// Whether a server is configured.
@@ -201,6 +196,7 @@ impl JobSource for HttpClient {
             worker: self.worker.clone(),
             max,
             wait_ms,
+            model_id: self.claim_model.borrow().clone(),
         };
         let resp = self
             .send(Method::Post, "/v1/jobs/claim", Some(&body), "")
@@ -230,6 +226,23 @@ impl JobSource for HttpClient {
         let path = format!("/v1/jobs/{}/nack", enc(job_id));
         let resp = self.send(Method::Post, &path, Some(nack), trace).await?;
         Self::expect_ok(resp, Some(job_id)).await
+    }
+
+    async fn release(&self, job_id: &str, token: &str, trace: &str) -> Result<()> {
+        let body = ReleaseRequest {
+            token: token.to_owned(),
+        };
+        let path = format!("/v1/jobs/{}/release", enc(job_id));
+        let resp = self.send(Method::Post, &path, Some(&body), trace).await?;
+        if resp.ok() {
+            return Ok(());
+        }
+        let status = resp.status();
+        let (err, _) = Self::failure(resp).await;
+        match status {
+            409 => Err(Error::LeaseLost(job_id.to_owned())),
+            _ => Err(err),
+        }
     }
 }
 

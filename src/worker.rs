@@ -60,11 +60,19 @@ pub async fn browser_pipeline(
         cfg.seed =
             (js_sys::Math::random() * 9_007_199_254_740_992.0) as u64 ^ BrowserClock.now_ms();
     }
+    if cfg.worker_id.is_empty() {
+        // Each worker its own name, so snapshots and attempt histories tell workers apart.
+        cfg.worker_id = format!(
+            "w-{:08x}",
+            (js_sys::Math::random() * 4_294_967_296.0) as u64
+        );
+    }
     let client = HttpClient::new(
         server.map(|s| s.url.as_str()),
         server.map_or("", |s| s.token.as_str()),
         &cfg.worker_id,
     );
+    client.set_claim_model(ternflow_core::ports::Embedder::model_id(&engine));
     let local = AnyLocal::open(db_name, max_local_entries).await?;
     Ok(Pipeline::new(
         Adapters {

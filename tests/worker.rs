@@ -461,7 +461,9 @@ async fn fenced_cache_put_with_an_older_fence_is_refused_with_the_newer_entry() 
         }
         other => panic!("stale fence accepted: {other:?}"),
     }
-    client.release(&key, &second.token, "").await.unwrap();
+    Locks::release(&client, &key, &second.token, "")
+        .await
+        .unwrap();
 }
 
 #[wasm_bindgen_test]

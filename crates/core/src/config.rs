@@ -8,7 +8,8 @@ use crate::retry::Backoff;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct Config {
-    /// Worker name (claims, metrics, attempt history).
+    /// Worker name (claims, metrics, attempt history). Empty (the default): the adapter picks a
+    /// random one (`w-` and 8 hex digits), so workers never share a metrics snapshot.
     pub worker_id: String,
     /// Most jobs in flight at once: claims never ask for more than the free slots.
     pub concurrency: u32,
@@ -47,7 +48,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            worker_id: "worker".into(),
+            worker_id: String::new(),
             concurrency: 4,
             max_text_bytes: 16 * 1024,
             local_ttl_ms: 7 * 24 * 3_600_000,

@@ -146,7 +146,7 @@ impl<P: Ports> Pipeline<P> {
             }
             Err(_) => {
                 // The server is unreachable: the lease expires and the job is re-delivered.
-                self.metrics.inc("nack_failures");
+                self.metrics.inc(names::NACK_FAILURES);
                 JobOutcome::Retry(err.code().to_owned())
             }
         }

@@ -304,6 +304,11 @@ impl MemServer {
         self.inner.borrow().ready.len()
     }
 
+    /// How many times job `id` has been delivered (released deliveries do not count).
+    pub fn attempt(&self, id: &str) -> u32 {
+        self.inner.borrow().jobs.get(id).map_or(0, |j| j.attempt)
+    }
+
     /// The remote cache entry under `key`.
     pub fn cache_entry(&self, key: &str) -> Option<CacheEntry> {
         self.inner.borrow().cache.get(key).cloned()
@@ -465,6 +470,17 @@ impl JobSource for MemServer {
             s.ready.push_back(job_id.to_owned());
             Ok(NackResponse::Retry { available_at: now })
         }
+    }
+
+    async fn release(&self, job_id: &str, token: &str, _trace: &str) -> Result<()> {
+        self.up()?;
+        let mut s = self.inner.borrow_mut();
+        Self::lease_check(&s, job_id, token)?;
+        let j = s.jobs.get_mut(job_id).expect("checked");
+        j.lease = None;
+        j.attempt = j.attempt.saturating_sub(1);
+        s.ready.push_front(job_id.to_owned());
+        Ok(())
     }
 }
 

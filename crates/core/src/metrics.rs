@@ -52,6 +52,12 @@ pub mod names {
     pub const HEARTBEATS: &str = "heartbeats";
     /// Local entries dropped by `invalidate` events.
     pub const INVALIDATIONS: &str = "invalidations";
+    /// Remote cache reads or writes that failed (the job goes on without them).
+    pub const REMOTE_ERRORS: &str = "cache_remote_errors";
+    /// Nacks that could not be delivered (the lease expires and the job is re-delivered).
+    pub const NACK_FAILURES: &str = "nack_failures";
+    /// Hand-backs that could not be delivered (the lease expires and the job is re-delivered).
+    pub const RELEASE_FAILURES: &str = "release_failures";
 }
 
 /// Gauge names.

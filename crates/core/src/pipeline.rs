@@ -348,7 +348,7 @@ impl<P: Ports> Pipeline<P> {
                     vector = newer.vector.0;
                 }
             }
-            Err(_) => self.metrics.inc("cache_remote_errors"),
+            Err(_) => self.metrics.inc(names::REMOTE_ERRORS),
         }
         vector
     }
@@ -382,7 +382,7 @@ impl<P: Ports> Pipeline<P> {
         match self.remote.get(key, trace).await {
             Ok(e) => self.remote_entry(e, model),
             Err(_) => {
-                self.metrics.inc("cache_remote_errors");
+                self.metrics.inc(names::REMOTE_ERRORS);
                 None
             }
         }

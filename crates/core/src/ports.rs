@@ -29,6 +29,9 @@ pub trait JobSource {
     async fn ack(&self, job_id: &str, ack: &AckRequest, trace: &str) -> Result<()>;
     /// Gives a job back with an error.
     async fn nack(&self, job_id: &str, nack: &NackRequest, trace: &str) -> Result<NackResponse>;
+    /// Hands a lease back without using an attempt (the worker is stopping).
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) when it is no longer held.
+    async fn release(&self, job_id: &str, token: &str, trace: &str) -> Result<()>;
 }
 
 /// The first cache level, inside the worker (IndexedDB, Cache API or memory).

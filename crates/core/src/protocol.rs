@@ -460,11 +460,19 @@ pub struct EmbedResponse {
 // Errors, events, metrics
 // ----------------------------------------------------------------------------------------------
 
-/// The error body every non-2xx response carries: `{ "error": { "code", "message" } }`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// The error body every non-2xx response carries: `{ "error": { "code", "message" } }`, plus
+/// what a conflict has to say: the stored cache `entry` of a refused `PUT` (`stale_fence`), and
+/// the current holder's `expires_at` of a `lock_held`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorBody {
     /// The error.
     pub error: ErrorDetail,
+    /// `stale_fence`: the newer entry that is stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<CacheEntry>,
+    /// `lock_held`: when the current holder's lock runs out (unless renewed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
 }
 
 /// Inside [`ErrorBody`].
@@ -654,6 +662,8 @@ mod tests {
                 code: "not_found".into(),
                 message: "no such job".into(),
             },
+            entry: None,
+            expires_at: None,
         };
         assert_eq!(
             serde_json::to_value(&b).unwrap(),

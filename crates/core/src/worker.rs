@@ -11,7 +11,7 @@ use crate::job::JobOutcome;
 use crate::metrics::{gauges, names};
 use crate::pipeline::{Pipeline, Ports};
 use crate::ports::{Clock, JobSource, Wakeups};
-use crate::protocol::{ClaimedJob, JobError, NackRequest};
+use crate::protocol::ClaimedJob;
 use crate::retry::Backoff;
 
 /// Totals of one run of the queue loop.
@@ -167,18 +167,11 @@ impl<P: Ports> Pipeline<P> {
         sum
     }
 
+    /// Hands a lease back without using an attempt; the job is ready again at once.
     async fn hand_back(&self, id: &str, token: &str) {
-        let nack = NackRequest {
-            token: token.to_owned(),
-            error: JobError {
-                code: "worker_stopping".into(),
-                message: "the worker stopped before finishing this job".into(),
-                retryable: true,
-            },
-        };
-        if self.source.nack(id, &nack, "").await.is_err() {
-            // Unreachable: the lease expires and the server re-delivers.
-            self.metrics.inc("nack_failures");
+        if self.source.release(id, token, "").await.is_err() {
+            // Unreachable or already lost: the lease expires and the server re-delivers.
+            self.metrics.inc(names::RELEASE_FAILURES);
         }
     }
 }

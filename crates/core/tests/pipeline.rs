@@ -533,5 +533,9 @@ fn stop_deadline_hands_unfinished_jobs_back() {
     let (sum, ()) = rig.clock.run(join(p.run_queue(&wake), stopper));
     assert_eq!(sum.handed_back, 2);
     assert_eq!(rig.server.ready_len(), 2, "back in the queue");
+    assert!(
+        ids.iter().all(|id| rig.server.attempt(id) == 0),
+        "a hand-back is a release: it uses no attempt"
+    );
     assert!(ids.iter().all(|id| rig.server.result(id).is_none()));
 }

@@ -6,7 +6,6 @@
 //! embed and events and pushes metrics; `admin` may do everything (DLQ, redrive, stats, metrics).
 //! `GET /v1/events` also accepts `?token=` because `EventSource` cannot send headers.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -14,8 +13,12 @@ use axum::extract::{Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::Response;
+use percent_encoding::percent_decode_str;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 use crate::error::Error;
+use crate::limits::{Caller, Limits};
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -48,9 +51,15 @@ impl Role {
     }
 }
 
-/// The token table.
+/// The token table. Tokens are kept as SHA-256 digests and looked up in constant time: every
+/// entry is compared (with `subtle`), so the time a lookup takes tells nothing about how much of
+/// a guessed token was right.
 #[derive(Clone, Default)]
-pub struct Tokens(HashMap<String, Role>);
+pub struct Tokens(Vec<([u8; 32], Role)>);
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
 
 impl fmt::Debug for Tokens {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -67,7 +76,9 @@ impl Tokens {
 
     /// Adds one token.
     pub fn insert(&mut self, token: impl Into<String>, role: Role) {
-        self.0.insert(token.into(), role);
+        let d = digest(&token.into());
+        self.0.retain(|(t, _)| *t != d);
+        self.0.push((d, role));
     }
 
     /// Parses `tok:role` entries separated by commas or newlines; `#` starts a comment.
@@ -105,7 +116,19 @@ impl Tokens {
 
     /// The role of `token`.
     pub fn role(&self, token: &str) -> Option<Role> {
-        self.0.get(token).copied()
+        self.lookup(token).map(|(role, _)| role)
+    }
+
+    /// The role of `token` and its digest (the key of its rate limit).
+    pub(crate) fn lookup(&self, token: &str) -> Option<(Role, [u8; 32])> {
+        let d = digest(token);
+        let mut found = None;
+        for (t, role) in &self.0 {
+            if bool::from(t.ct_eq(&d)) {
+                found = Some(*role);
+            }
+        }
+        found.map(|r| (r, d))
     }
 }
 
@@ -113,38 +136,59 @@ impl Tokens {
 #[derive(Debug, Clone)]
 pub struct Gate {
     pub(crate) tokens: Arc<Tokens>,
+    pub(crate) limits: Arc<Limits>,
     pub(crate) roles: &'static [Role],
     pub(crate) allow_query_token: bool,
 }
 
+/// `?token=` (percent-decoded: `EventSource` URLs carry it encoded, so a token holding `/`, `+`
+/// or `=` arrives as `%2F`, `%2B`, `%3D`).
 fn query_token(query: Option<&str>) -> Option<String> {
     query?.split('&').find_map(|kv| {
         let (k, v) = kv.split_once('=')?;
-        (k == "token").then(|| v.to_owned())
+        if k != "token" {
+            return None;
+        }
+        percent_decode_str(v)
+            .decode_utf8()
+            .ok()
+            .map(|t| t.into_owned())
     })
 }
 
-/// Middleware: 401 without a known token, 403 when its role is not allowed.
-pub async fn gate(State(g): State<Gate>, req: Request, next: Next) -> Result<Response, Error> {
+/// The token of an `Authorization: Bearer <token>` header; the scheme is case-insensitive
+/// (RFC 9110 §11.1).
+fn bearer(value: &str) -> Option<String> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_owned())
+}
+
+/// Middleware: 401 without a known token, 403 when its role is not allowed, 429 when the token
+/// is over its rate. Puts the [`Caller`] on the request for the handlers.
+pub async fn gate(State(g): State<Gate>, mut req: Request, next: Next) -> Result<Response, Error> {
     let header_token = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").map(|t| t.trim().to_owned()));
+        .and_then(bearer);
     let token = match header_token {
         Some(t) => Some(t),
         None if g.allow_query_token => query_token(req.uri().query()),
         None => None,
     };
-    let role = token
+    let (role, key) = token
         .as_deref()
-        .and_then(|t| g.tokens.role(t))
+        .and_then(|t| g.tokens.lookup(t))
         .ok_or(Error::Unauthorized)?;
     if role != Role::Admin && !g.roles.contains(&role) {
         return Err(Error::Forbidden(
             g.roles.first().map_or("admin", |r| r.as_str()),
         ));
     }
+    let caller = Caller { key };
+    g.limits.check_rate(&caller)?;
+    req.extensions_mut().insert(caller);
     Ok(next.run(req).await)
 }
 
@@ -169,5 +213,35 @@ mod tests {
         assert_eq!(query_token(Some("a=1&token=xyz")), Some("xyz".to_owned()));
         assert_eq!(query_token(Some("tokens=1")), None);
         assert_eq!(query_token(None), None);
+        assert_eq!(
+            query_token(Some("token=a%2Fb%2Bc%3D%3D")),
+            Some("a/b+c==".to_owned()),
+            "percent-decoded"
+        );
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer("Bearer abc"), Some("abc".to_owned()));
+        assert_eq!(bearer("bearer abc"), Some("abc".to_owned()));
+        assert_eq!(bearer("BEARER  abc "), Some("abc".to_owned()));
+        assert_eq!(bearer("Basic abc"), None);
+        assert_eq!(bearer("Bearer"), None);
+    }
+
+    #[test]
+    fn lookup_checks_the_whole_token() {
+        let mut t = Tokens::new();
+        t.insert("secret-1", Role::Worker);
+        t.insert("secret-2", Role::Admin);
+        assert_eq!(t.role("secret-2"), Some(Role::Admin));
+        assert_eq!(t.role("secret-"), None);
+        assert_eq!(t.role("secret-10"), None);
+        t.insert("secret-1", Role::Producer);
+        assert_eq!(
+            (t.len(), t.role("secret-1")),
+            (2, Some(Role::Producer)),
+            "re-insert replaces"
+        );
     }
 }

@@ -46,6 +46,22 @@ pub struct Config {
     pub cors_origins: Vec<String>,
     /// Also allow `http://localhost:*` and `http://127.0.0.1:*` (browser tests on random ports).
     pub cors_allow_localhost: bool,
+    /// A connection must send a request's whole header within this long (ms), counted from its
+    /// first byte, or from the end of the previous response on a kept-alive connection (so this
+    /// is also the keep-alive idle timeout); then it is closed.
+    pub header_timeout_ms: u64,
+    /// A request body must arrive within this long (ms), or the request gets 408.
+    pub body_timeout_ms: u64,
+    /// Most open connections; further ones are closed at once (keep it under `ulimit -n`).
+    pub max_connections: usize,
+    /// Most SSE streams open at once per token; more get 429.
+    pub max_streams_per_token: usize,
+    /// Sustained requests per second per token (a token bucket); more get 429 with Retry-After.
+    pub rate_per_token: u32,
+    /// Burst of the per-token bucket.
+    pub rate_burst: u32,
+    /// After shutdown begins, connections still open this long (ms) are closed.
+    pub shutdown_deadline_ms: u64,
 }
 
 impl Default for Config {
@@ -72,6 +88,13 @@ impl Default for Config {
             keepalive_ms: 15_000,
             cors_origins: Vec::new(),
             cors_allow_localhost: false,
+            header_timeout_ms: 10_000,
+            body_timeout_ms: 30_000,
+            max_connections: 1_024,
+            max_streams_per_token: 64,
+            rate_per_token: 10_000,
+            rate_burst: 20_000,
+            shutdown_deadline_ms: 10_000,
         }
     }
 }

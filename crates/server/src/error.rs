@@ -3,7 +3,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
+use ternflow_core::protocol::{CacheEntry, ErrorBody, ErrorDetail};
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -33,16 +33,19 @@ pub enum Error {
     /// 405: the route exists but not with this method.
     #[error("this route does not accept that method")]
     MethodNotAllowed,
-    /// 409: lease lost, stale token, lock held, older fence. `body` adds fields to the error body
-    /// (the stored cache entry for a refused `PUT`); `retry_after_s` sets `Retry-After`.
+    /// 409: lease lost, stale token, lock held, older or foreign fence. `entry` and
+    /// `expires_at` go into the [`ErrorBody`] (the stored cache entry of a refused `PUT`, the
+    /// holder's expiry of a held lock); `retry_after_s` sets `Retry-After`.
     #[error("{message}")]
     Conflict {
         /// Machine-readable code.
         code: &'static str,
         /// Detail.
         message: String,
-        /// Extra top-level fields for the body.
-        body: Option<serde_json::Value>,
+        /// `stale_fence`: the stored entry.
+        entry: Option<Box<CacheEntry>>,
+        /// `lock_held`: when the holder's lock runs out.
+        expires_at: Option<u64>,
         /// `Retry-After` hint in seconds.
         retry_after_s: Option<u64>,
     },
@@ -54,7 +57,10 @@ pub enum Error {
         /// Detail.
         message: String,
     },
-    /// 429: a queue is full; retry after the hint.
+    /// 408: the request (its body) did not arrive in time.
+    #[error("{0}")]
+    RequestTimeout(String),
+    /// 429: a queue is full, or the token is over a limit; retry after the hint.
     #[error("{message}")]
     TooManyRequests {
         /// Detail.
@@ -92,7 +98,8 @@ impl Error {
         Error::Conflict {
             code,
             message: message.into(),
-            body: None,
+            entry: None,
+            expires_at: None,
             retry_after_s: None,
         }
     }
@@ -101,7 +108,10 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Error::TooManyRequests { .. } | Error::Unavailable(_) | Error::Store(_)
+            Error::TooManyRequests { .. }
+                | Error::RequestTimeout(_)
+                | Error::Unavailable(_)
+                | Error::Store(_)
         )
     }
 
@@ -116,6 +126,7 @@ impl Error {
             Error::Conflict { .. } => StatusCode::CONFLICT,
             Error::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Error::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Error::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::Unavailable(_) | Error::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -131,6 +142,7 @@ impl Error {
             Error::NotFound(_) => "not_found",
             Error::MethodNotAllowed => "method_not_allowed",
             Error::TooManyRequests { .. } => "too_many_requests",
+            Error::RequestTimeout(_) => "body_timeout",
             Error::Unavailable(_) => "unavailable",
             Error::Store(_) => "store_unavailable",
         }
@@ -147,26 +159,29 @@ impl IntoResponse for Error {
             }
             other => other.to_string(),
         };
-        let mut body = json!({ "error": { "code": self.code(), "message": message } });
-        let mut retry_after = None;
-        match self {
+        let mut body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code().to_owned(),
+                message,
+            },
+            entry: None,
+            expires_at: None,
+        };
+        let retry_after = match self {
             Error::Conflict {
-                body: Some(extra),
+                entry,
+                expires_at,
                 retry_after_s,
                 ..
             } => {
-                if let (Some(obj), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
-                    for (k, v) in extra {
-                        obj.insert(k.clone(), v.clone());
-                    }
-                }
-                retry_after = retry_after_s;
+                body.entry = entry.map(|e| *e);
+                body.expires_at = expires_at;
+                retry_after_s
             }
-            Error::Conflict { retry_after_s, .. } => retry_after = retry_after_s,
-            Error::TooManyRequests { retry_after_s, .. } => retry_after = Some(retry_after_s),
-            Error::Unavailable(_) | Error::Store(_) => retry_after = Some(1),
-            _ => {}
-        }
+            Error::TooManyRequests { retry_after_s, .. } => Some(retry_after_s),
+            Error::Unavailable(_) | Error::Store(_) => Some(1),
+            _ => None,
+        };
         let mut resp = (status, Json(body)).into_response();
         if let Some(s) = retry_after {
             if let Ok(v) = HeaderValue::from_str(&s.max(1).to_string()) {

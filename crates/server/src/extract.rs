@@ -8,23 +8,31 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
+use std::time::Duration;
+
 use crate::error::Error;
+use crate::state::AppState;
 
 /// JSON body extractor and response wrapper.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Json<T>(pub T);
 
-impl<T, S> FromRequest<S> for Json<T>
+impl<T> FromRequest<AppState> for Json<T>
 where
-    axum::Json<T>: FromRequest<S, Rejection = JsonRejection>,
-    S: Send + Sync,
+    axum::Json<T>: FromRequest<AppState, Rejection = JsonRejection>,
 {
     type Rejection = Error;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(Json(v)),
-            Err(rej) => Err(map_rejection(rej)),
+    /// Reads the body within `body_timeout_ms` (408 `body_timeout` after it: a client that
+    /// stalls mid-body holds no handler forever).
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let limit = Duration::from_millis(state.config.body_timeout_ms);
+        match tokio::time::timeout(limit, axum::Json::<T>::from_request(req, state)).await {
+            Ok(Ok(axum::Json(v))) => Ok(Json(v)),
+            Ok(Err(rej)) => Err(map_rejection(rej)),
+            Err(_) => Err(Error::RequestTimeout(
+                "the request body did not arrive in time".to_owned(),
+            )),
         }
     }
 }

@@ -25,10 +25,6 @@
 //!   `metrics`); `routes/mod.rs` assembles the router and its layers (auth, CORS, body limit).
 //! - `extract`: the JSON, path and query extractors whose rejections are protocol errors.
 
-use std::future::Future;
-
-use tokio::net::TcpListener;
-
 pub mod auth;
 mod cache;
 pub mod clock;
@@ -36,9 +32,11 @@ pub mod config;
 pub mod embed;
 pub mod error;
 mod extract;
+mod limits;
 pub mod metrics;
 mod queue;
 mod routes;
+mod serve;
 pub mod sse;
 pub mod state;
 pub mod store;
@@ -48,6 +46,7 @@ pub use clock::{Clock, FakeClock, SystemClock};
 pub use config::Config;
 pub use embed::{Embedder, EngineEmbedder, HashEmbedder};
 pub use error::{Error, Result};
+pub use serve::run;
 pub use state::AppState;
 pub use store::memory::MemoryStore;
 pub use store::redis::RedisStore;
@@ -57,27 +56,4 @@ pub use store::{CacheStore, EventBus, LockStore, QueueStore, Store};
 /// The router over `state`: every route with its auth, CORS and body-limit layers.
 pub fn app(state: AppState) -> axum::Router {
     routes::router(state)
-}
-
-/// Serves `state` on `listener` until `shutdown` resolves, then stops taking requests, ends SSE
-/// streams and long polls, and lets in-flight requests finish. Leases live in the store, so
-/// workers keep them across a restart (they expire only by time).
-///
-/// # Errors
-/// I/O errors from the listener.
-pub async fn run(
-    listener: TcpListener,
-    state: AppState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    state.start_sweeper();
-    let st = state.clone();
-    axum::serve(listener, app(state.clone()))
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            tracing::info!("shutting down");
-            st.begin_shutdown();
-        })
-        .await?;
-    Ok(())
 }

@@ -44,6 +44,8 @@ counters! {
     cache_unfenced_puts: "Remote cache writes refused because the server never issued their fence for that key.",
     cache_swept: "Expired cache entries and locks removed by the sweeper.",
     requests_limited: "Requests refused by the per-token rate limit.",
+    streams_refused: "SSE streams refused because the token had too many open.",
+    connections_refused: "Connections closed at once because the connection limit was reached.",
     lock_acquired: "Locks granted.",
     lock_contended: "Lock requests refused because the lock was held.",
     lock_released: "Locks released by their holder.",

@@ -9,6 +9,7 @@ use crate::auth::Tokens;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::embed::{Batcher, Embedder};
+use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::sse::Hub;
 use crate::store::Store;
@@ -35,6 +36,7 @@ pub struct AppState {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) config: Arc<Config>,
     pub(crate) tokens: Arc<Tokens>,
+    pub(crate) limits: Arc<Limits>,
     pub(crate) hub: Arc<Hub>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) embed: Option<Batcher>,
@@ -63,10 +65,12 @@ impl AppState {
     pub fn new(store: Arc<dyn Store>, tokens: Tokens, config: Config) -> Self {
         let hub = Hub::start(store.as_ref(), config.event_ring);
         let (shutdown, _) = watch::channel(false);
+        let cfg_limits = config.clone();
         AppState {
             store,
             clock: Arc::new(SystemClock),
             config: Arc::new(config),
+            limits: Arc::new(Limits::new(&cfg_limits)),
             tokens: Arc::new(tokens),
             hub,
             metrics: Arc::new(Metrics::default()),
@@ -84,6 +88,7 @@ impl AppState {
         let store = self.store.clone();
         let clock = self.clock.clone();
         let metrics = self.metrics.clone();
+        let limits = self.limits.clone();
         let mut stop = self.shutdown.subscribe();
         tokio::spawn(async move {
             loop {
@@ -91,6 +96,7 @@ impl AppState {
                     _ = tokio::time::sleep(SWEEP_EVERY) => {}
                     _ = stop.changed() => return,
                 }
+                limits.tidy();
                 match store.sweep(clock.now_ms(), SWEEP_BATCH).await {
                     Ok(n) => metrics.add(|c| &c.cache_swept, n),
                     Err(e) => tracing::warn!(error = %e, "sweep of expired entries failed"),

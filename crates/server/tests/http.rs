@@ -1162,3 +1162,232 @@ async fn jobs_get_their_own_trace_unless_the_producer_sends_one() {
     assert_eq!(trace("t3"), "4bf92f3577b34da6a3ce929d0e0e4736");
     assert_eq!(trace("t4"), "4bf92f3577b34da6a3ce929d0e0e4736");
 }
+
+#[tokio::test]
+async fn every_rejection_is_a_json_error_body() {
+    let (state, _) = state_with(Config {
+        max_body_bytes: 1_024,
+        ..Config::default()
+    });
+    let app = app(state);
+    let big = vec![b'x'; 4_096];
+    // (method, uri, token, content type, body, status, code)
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        Option<&'a str>,
+        Option<&'a str>,
+        Vec<u8>,
+        u16,
+        &'a str,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "GET",
+            "/v1/dlq?limit=abc",
+            Some(ADMIN),
+            None,
+            vec![],
+            400,
+            "bad_query",
+        ),
+        (
+            "GET",
+            "/v1/events?last_event_id=abc",
+            Some(WORKER),
+            None,
+            vec![],
+            400,
+            "bad_query",
+        ),
+        (
+            "GET",
+            "/v1/jobs/%FF",
+            Some(WORKER),
+            None,
+            vec![],
+            400,
+            "bad_path",
+        ),
+        (
+            "GET",
+            "/v1/jobs/bad%20id",
+            Some(WORKER),
+            None,
+            vec![],
+            400,
+            "bad_id",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            Some(PRODUCER),
+            Some("application/json"),
+            b"{".to_vec(),
+            400,
+            "bad_json",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            Some(PRODUCER),
+            Some("text/plain"),
+            b"{}".to_vec(),
+            400,
+            "bad_content_type",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            Some(PRODUCER),
+            Some("application/json"),
+            big.clone(),
+            413,
+            "too_large",
+        ),
+        (
+            "POST",
+            "/v1/locks/k",
+            Some(WORKER),
+            Some("application/json"),
+            big,
+            413,
+            "too_large",
+        ),
+        (
+            "POST",
+            "/v1/locks/k",
+            Some(WORKER),
+            Some("application/json"),
+            b"nope".to_vec(),
+            400,
+            "bad_json",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            None,
+            Some("application/json"),
+            b"{}".to_vec(),
+            401,
+            "unauthorized",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            Some("forged"),
+            Some("application/json"),
+            b"{}".to_vec(),
+            401,
+            "unauthorized",
+        ),
+        (
+            "POST",
+            "/v1/jobs/claim",
+            Some(PRODUCER),
+            Some("application/json"),
+            b"{}".to_vec(),
+            403,
+            "forbidden",
+        ),
+        (
+            "GET",
+            "/v1/nope",
+            Some(ADMIN),
+            None,
+            vec![],
+            404,
+            "not_found",
+        ),
+        (
+            "DELETE",
+            "/v1/jobs",
+            Some(ADMIN),
+            None,
+            vec![],
+            405,
+            "method_not_allowed",
+        ),
+        (
+            "GET",
+            "/v1/jobs/none",
+            Some(WORKER),
+            None,
+            vec![],
+            404,
+            "not_found",
+        ),
+    ];
+    for (method, uri, token, ct, body, status, code) in cases {
+        let r = call_raw(&app, method, uri, token, ct, body).await;
+        assert_eq!(r.status.as_u16(), status, "{method} {uri}: {}", r.text);
+        assert_eq!(
+            r.headers["content-type"], "application/json",
+            "{method} {uri}"
+        );
+        assert_eq!(error_code(&r.json), code, "{method} {uri}: {}", r.text);
+        assert!(
+            r.json["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{method} {uri}"
+        );
+    }
+    // The scheme is case-insensitive.
+    let req = axum::http::Request::builder()
+        .uri("/v1/jobs/none")
+        .header("authorization", format!("bearer {WORKER}"))
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let resp = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_token_over_its_rate_gets_429_with_retry_after() {
+    let (state, _) = state_with(Config {
+        rate_per_token: 1,
+        rate_burst: 5,
+        ..Config::default()
+    });
+    let app = app(state);
+    for _ in 0..5 {
+        let r = call(&app, "GET", "/v1/jobs/none", Some(WORKER), None).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND);
+    }
+    let r = call(&app, "GET", "/v1/jobs/none", Some(WORKER), None).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(error_code(&r.json), "too_many_requests");
+    assert!(
+        r.headers["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            >= 1
+    );
+    // Another token has its own bucket.
+    let r = call(&app, "GET", "/v1/jobs/none", Some(PRODUCER), None).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn the_1001st_worker_reports_metrics() {
+    let (state, _) = state_with(Config::default());
+    let app = app(state);
+    for i in 0..1_001 {
+        let r = call(
+            &app,
+            "POST",
+            "/v1/metrics",
+            Some(WORKER),
+            Some(json!({"worker": format!("w{i}"), "counters": {"jobs_done": i}})),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::NO_CONTENT, "worker {i}: {}", r.text);
+    }
+    let r = call(&app, "GET", "/v1/stats", Some(ADMIN), None).await;
+    let workers = r.json["workers"].as_object().unwrap();
+    assert_eq!(workers.len(), 1_000, "bounded");
+    assert!(workers.contains_key("w1000"), "the newest is kept");
+}

@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{ADMIN, PRODUCER, WORKER};
+use common::{ADMIN, PRODUCER, WORKER, WORKER_B64};
 use futures_util::StreamExt;
 use serde_json::json;
 use ternflow_core::protocol::JobState;
@@ -25,14 +25,18 @@ async fn start() -> Server {
 }
 
 async fn start_on(store: Arc<MemoryStore>) -> Server {
-    let state = AppState::new(
-        store.clone(),
-        common::tokens(),
+    start_with(
+        store,
         Config {
             keepalive_ms: 200,
             ..Config::default()
         },
-    );
+    )
+    .await
+}
+
+async fn start_with(store: Arc<MemoryStore>, config: Config) -> Server {
+    let state = AppState::new(store.clone(), common::tokens(), config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, rx) = oneshot::channel::<()>();
@@ -294,4 +298,60 @@ async fn graceful_shutdown_keeps_live_leases_and_release_costs_no_attempt() {
         srv.store.status(id).await.unwrap().unwrap().state,
         JobState::Done { .. }
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_query_tokens_are_percent_decoded_and_streams_per_token_are_bounded() {
+    let mut srv = start_with(
+        Arc::new(MemoryStore::new()),
+        Config {
+            keepalive_ms: 200,
+            max_streams_per_token: 2,
+            ..Config::default()
+        },
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let b = srv.base.clone();
+    // `EventSource` cannot send headers: the token rides in the query, percent-encoded.
+    let enc: String = WORKER_B64
+        .bytes()
+        .map(|c| match c {
+            b'/' => "%2F".to_owned(),
+            b'+' => "%2B".to_owned(),
+            b'=' => "%3D".to_owned(),
+            c => (c as char).to_string(),
+        })
+        .collect();
+    let open = || http.get(format!("{b}/v1/events?token={enc}")).send();
+    let first = open().await.unwrap();
+    assert_eq!(first.status(), 200, "a token holding /+= is accepted");
+    let second = open().await.unwrap();
+    assert_eq!(second.status(), 200);
+    let third = open().await.unwrap();
+    assert_eq!(third.status(), 429, "a third stream for the same token");
+    let body: serde_json::Value = third.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_many_requests");
+    // Another token is not affected.
+    let other = http
+        .get(format!("{b}/v1/events"))
+        .bearer_auth(WORKER)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 200);
+    // Closing a stream frees its slot.
+    drop(first);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = open().await.unwrap();
+        if r.status() == 200 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the slot is freed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop((second, other));
+    srv.stop.take().unwrap().send(()).unwrap();
+    srv.done.await.unwrap().unwrap();
 }

@@ -68,7 +68,13 @@ async fn bench(args: Args) -> CmdResult {
     };
     let mut tokens = Tokens::new();
     tokens.insert(TOKEN, Role::Admin);
-    let mut state = AppState::new(store, tokens, Config::default());
+    // One token drives the whole benchmark: lift the per-token rate limit.
+    let config = Config {
+        rate_per_token: u32::MAX,
+        rate_burst: u32::MAX,
+        ..Config::default()
+    };
+    let mut state = AppState::new(store, tokens, config);
     let model = args.model.clone().or_else(|| {
         let p = PathBuf::from("models/ternlight-int4.bin");
         p.exists().then_some(p)

@@ -53,6 +53,19 @@ pub struct Args {
     /// Deliveries before a job is dead-lettered.
     #[arg(long, default_value_t = 5)]
     pub max_attempts: u32,
+    /// Most open connections (keep it below `ulimit -n`); more are closed at once.
+    #[arg(long, default_value_t = 1_024)]
+    pub max_connections: usize,
+    /// Sustained requests per second per token (more get 429 with Retry-After).
+    #[arg(long, default_value_t = 10_000)]
+    pub rate_per_token: u32,
+    /// A request's header must arrive within this many milliseconds (also the keep-alive
+    /// idle timeout).
+    #[arg(long, default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+    /// On SIGTERM, connections still open after this many milliseconds are closed.
+    #[arg(long, default_value_t = 10_000)]
+    pub shutdown_deadline_ms: u64,
     /// Forget finished jobs this many seconds after their ack (their ids may then be enqueued
     /// again). Default: keep them, so duplicates of a done job collapse forever.
     #[arg(long, value_name = "SECS")]
@@ -103,6 +116,11 @@ pub fn run(args: Args) -> CmdResult {
         max_attempts: args.max_attempts,
         cors_origins: args.cors_origins.clone(),
         cors_allow_localhost: args.cors_allow_localhost,
+        max_connections: args.max_connections,
+        rate_per_token: args.rate_per_token,
+        rate_burst: args.rate_per_token.saturating_mul(2),
+        header_timeout_ms: args.header_timeout_ms,
+        shutdown_deadline_ms: args.shutdown_deadline_ms,
         ..Config::default()
     };
     let rt = tokio::runtime::Runtime::new()?;

@@ -61,14 +61,28 @@ pub(crate) async fn put(
                 "a newer entry (fence {} > {}) is stored",
                 stored.fence, fence
             ),
-            body: serde_json::to_value(serde_json::json!({ "entry": stored })).ok(),
+            entry: Some(Box::new(stored)),
+            expires_at: None,
             retry_after_s: None,
         }),
-        (_, PutOutcome::Unfenced) => Err(Error::conflict(
-            "bad_fence",
-            "no live lock on this key carries that fence: take the lock (POST /v1/locks/{key}) \
-             and write with its fence",
-        )),
+        (_, PutOutcome::Unfenced) => {
+            // The entry that is stored, if any, is the one every worker should agree on.
+            let stored = state
+                .store
+                .cache_get(&key, state.now())
+                .await
+                .ok()
+                .flatten();
+            Err(Error::Conflict {
+                code: "bad_fence",
+                message: "no live lock on this key carries that fence: take the lock \
+                          (POST /v1/locks/{key}) and write with its fence"
+                    .to_owned(),
+                entry: stored.map(Box::new),
+                expires_at: None,
+                retry_after_s: None,
+            })
+        }
     }
 }
 

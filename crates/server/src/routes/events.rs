@@ -9,7 +9,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::stream::{self, Stream, StreamExt};
@@ -19,6 +19,7 @@ use tokio_stream::wrappers::{BroadcastStream, WatchStream};
 
 use crate::error::Result;
 use crate::extract::Query;
+use crate::limits::Caller;
 use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -36,9 +37,17 @@ fn sse_event(id: Option<u64>, ev: &ServerEvent) -> Event {
 
 pub(crate) async fn events(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     Query(q): Query<EventsQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    let guard = match state.limits.open_stream(&caller) {
+        Ok(g) => g,
+        Err(e) => {
+            state.metrics.add(|c| &c.streams_refused, 1);
+            return Err(e);
+        }
+    };
     let last = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -67,7 +76,15 @@ pub(crate) async fn events(
         });
     let mut shutdown = WatchStream::new(state.shutdown_signal());
     let stop = async move { while let Some(false) = shutdown.next().await {} };
-    let stream = replay.chain(live).map(Ok).take_until(stop);
+    // The guard lives as long as the stream: dropping the stream (client gone, shutdown) frees
+    // the token's slot.
+    let stream = replay
+        .chain(live)
+        .map(move |e| {
+            let _held = &guard;
+            Ok(e)
+        })
+        .take_until(stop);
     Ok(Sse::new(stream).keep_alive(
         KeepAlive::new()
             .interval(Duration::from_millis(state.config.keepalive_ms))

@@ -1,6 +1,7 @@
 //! `POST /v1/locks/{key}`, `POST /v1/locks/{key}/renew`, `DELETE /v1/locks/{key}`.
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::StatusCode;
 use ternflow_core::protocol::{LockGrant, LockRequest, LockToken};
@@ -14,9 +15,19 @@ use crate::store::LockOutcome;
 pub(crate) async fn acquire(
     State(state): State<AppState>,
     Path(key): Path<String>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<LockGrant>> {
     valid_id(&key)?;
+    let body = body.map_err(|e| {
+        if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+            Error::too_large(
+                "too_large",
+                "request body is larger than the server's limit",
+            )
+        } else {
+            Error::bad_request("bad_body", e.body_text())
+        }
+    })?;
     // The body is optional: empty means the default TTL.
     let req: LockRequest = if body.iter().all(u8::is_ascii_whitespace) {
         LockRequest::default()
@@ -36,7 +47,8 @@ pub(crate) async fn acquire(
             Err(Error::Conflict {
                 code: "lock_held",
                 message: "the lock is held by another worker".to_owned(),
-                body: Some(serde_json::json!({ "expires_at": expires_at })),
+                entry: None,
+                expires_at: Some(expires_at),
                 retry_after_s: Some(expires_at.saturating_sub(now).div_ceil(1_000)),
             })
         }

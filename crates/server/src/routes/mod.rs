@@ -34,6 +34,7 @@ fn guarded(
 ) -> Router<AppState> {
     let g = Gate {
         tokens: state.tokens.clone(),
+        limits: state.limits.clone(),
         roles,
         allow_query_token,
     };

@@ -110,12 +110,15 @@ use tower::ServiceExt;
 pub const PRODUCER: &str = "tok-producer";
 pub const WORKER: &str = "tok-worker";
 pub const ADMIN: &str = "tok-admin";
+/// A worker token holding the characters that must be percent-encoded in a URL.
+pub const WORKER_B64: &str = "w/+tok==";
 
 pub fn tokens() -> Tokens {
     let mut t = Tokens::new();
     t.insert(PRODUCER, Role::Producer);
     t.insert(WORKER, Role::Worker);
     t.insert(ADMIN, Role::Admin);
+    t.insert(WORKER_B64, Role::Worker);
     t
 }
 

@@ -23,10 +23,11 @@ pub(super) const MAX_GROUP: usize = 512;
 /// Counters that live in the `meta` table: job sequence numbers and fences.
 #[derive(Debug, Default)]
 pub(super) struct Counters {
-    pub seq: u64,
-    pub fence: u64,
-    saved_seq: u64,
-    saved_fence: u64,
+    seq: u64,
+    fence: u64,
+    /// Whether an operation of the current group drew a number (only then is `meta` written:
+    /// a group of reads must commit even while the disk refuses writes).
+    drawn: bool,
 }
 
 impl Counters {
@@ -46,41 +47,34 @@ impl Counters {
         Ok(Counters {
             seq,
             fence,
-            saved_seq: seq,
-            saved_fence: fence,
+            drawn: false,
         })
     }
 
     pub(super) fn next_seq(&mut self) -> u64 {
+        self.drawn = true;
         self.seq += 1;
         self.seq
     }
 
     pub(super) fn next_fence(&mut self) -> u64 {
+        self.drawn = true;
         self.fence += 1;
         self.fence
     }
 
-    /// Writes changed counters inside the group's transaction. Counters only move forward: a
-    /// rolled-back group leaves a gap, never a repeat.
+    /// Writes the counters inside the group's transaction when the group drew a number.
+    /// Counters only move forward: a rolled-back group leaves a gap, never a repeat.
     fn save(&mut self, conn: &Connection) -> rusqlite::Result<()> {
-        let put = |k: &str, v: u64| {
-            conn.prepare_cached("INSERT INTO meta (k, v) VALUES (?1, ?2) ON CONFLICT(k) DO UPDATE SET v = excluded.v")?
-                .execute(rusqlite::params![k, v as i64])
-                .map(|_| ())
-        };
-        if self.seq != self.saved_seq {
-            put("seq", self.seq)?;
+        if !std::mem::take(&mut self.drawn) {
+            return Ok(());
         }
-        if self.fence != self.saved_fence {
-            put("fence", self.fence)?;
-        }
+        let mut st = conn.prepare_cached(
+            "INSERT INTO meta (k, v) VALUES (?1, ?2) ON CONFLICT(k) DO UPDATE SET v = excluded.v",
+        )?;
+        st.execute(rusqlite::params!["seq", self.seq as i64])?;
+        st.execute(rusqlite::params!["fence", self.fence as i64])?;
         Ok(())
-    }
-
-    fn saved(&mut self) {
-        self.saved_seq = self.seq;
-        self.saved_fence = self.fence;
     }
 }
 
@@ -156,12 +150,12 @@ fn run_group(conn: &Connection, group: Vec<Op>, counters: &mut Counters) {
     };
     match outcome {
         Ok(()) => {
-            counters.saved();
             for r in replies {
                 r(None);
             }
         }
         Err(msg) => {
+            counters.drawn = false;
             if !conn.is_autocommit() {
                 let _ = conn.execute_batch("ROLLBACK");
             }

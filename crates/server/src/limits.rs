@@ -1,0 +1,114 @@
+//! Per-token limits: a request rate (token bucket, `governor`) and open SSE streams. Applied
+//! after authentication, keyed by the token's digest, so unknown tokens (401) never add keys.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+
+use governor::clock::{Clock as _, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+/// Who is calling: the token's digest, put on the request by the auth gate.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Caller {
+    pub(crate) key: [u8; 32],
+}
+
+/// See the [module docs](self).
+pub(crate) struct Limits {
+    rate: DefaultKeyedRateLimiter<[u8; 32]>,
+    max_streams: usize,
+    streams: Mutex<HashMap<[u8; 32], usize>>,
+}
+
+impl std::fmt::Debug for Limits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limits")
+            .field("max_streams", &self.max_streams)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Limits {
+    pub(crate) fn new(cfg: &Config) -> Self {
+        let per_s = NonZeroU32::new(cfg.rate_per_token.max(1)).unwrap_or(NonZeroU32::MIN);
+        let burst = NonZeroU32::new(cfg.rate_burst.max(1)).unwrap_or(NonZeroU32::MIN);
+        Limits {
+            rate: RateLimiter::keyed(Quota::per_second(per_s).allow_burst(burst)),
+            max_streams: cfg.max_streams_per_token,
+            streams: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Takes one request from the caller's bucket.
+    ///
+    /// # Errors
+    /// 429 with `Retry-After` (whole seconds, at least 1) when the bucket is empty.
+    pub(crate) fn check_rate(&self, caller: &Caller) -> Result<()> {
+        match self.rate.check_key(&caller.key) {
+            Ok(()) => Ok(()),
+            Err(not_until) => {
+                let wait = not_until.wait_time_from(DefaultClock::default().now());
+                Err(Error::TooManyRequests {
+                    message: "this token is over its request rate".to_owned(),
+                    retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64,
+                })
+            }
+        }
+    }
+
+    /// Counts an SSE stream for the caller until the guard drops.
+    ///
+    /// # Errors
+    /// 429 when the token already has `max_streams_per_token` open.
+    pub(crate) fn open_stream(self: &Arc<Self>, caller: &Caller) -> Result<StreamGuard> {
+        let mut s = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        let n = s.entry(caller.key).or_insert(0);
+        if *n >= self.max_streams {
+            return Err(Error::TooManyRequests {
+                message: format!(
+                    "this token already has {} event streams open",
+                    self.max_streams
+                ),
+                retry_after_s: 5,
+            });
+        }
+        *n += 1;
+        Ok(StreamGuard {
+            limits: self.clone(),
+            key: caller.key,
+        })
+    }
+
+    /// Forgets buckets that are full again (called by the sweeper), so the table stays small.
+    pub(crate) fn tidy(&self) {
+        self.rate.retain_recent();
+        self.rate.shrink_to_fit();
+    }
+}
+
+/// An open SSE stream, counted against its token.
+#[derive(Debug)]
+pub(crate) struct StreamGuard {
+    limits: Arc<Limits>,
+    key: [u8; 32],
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let mut s = self
+            .limits
+            .streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = s.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                s.remove(&self.key);
+            }
+        }
+    }
+}
