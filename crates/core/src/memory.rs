@@ -223,6 +223,9 @@ pub struct MemServer {
     pub down: Rc<Cell<bool>>,
     /// `GET`s of the remote cache served.
     pub cache_gets: Rc<Cell<u32>>,
+    /// A claim's answer takes this long to arrive after its jobs were leased (a long poll whose
+    /// response is still on the way).
+    pub claim_reply_ms: Rc<Cell<u64>>,
 }
 
 #[derive(Debug, Default)]
@@ -259,6 +262,7 @@ impl MemServer {
             clock,
             down: Rc::default(),
             cache_gets: Rc::default(),
+            claim_reply_ms: Rc::default(),
         }
     }
 
@@ -415,6 +419,11 @@ impl JobSource for MemServer {
                 cache_checked: true,
                 cached,
             });
+        }
+        drop(s);
+        let reply = self.claim_reply_ms.get();
+        if reply > 0 {
+            self.clock.sleep(reply).await;
         }
         Ok(out)
     }

@@ -51,7 +51,8 @@ const CLAIM_BACKOFF: Backoff = Backoff {
 
 impl<P: Ports> Pipeline<P> {
     /// Runs the queue loop until [`Pipeline::stop`] is raised and in-flight jobs are drained (or
-    /// its deadline passes, when unfinished jobs are handed back with a retryable nack).
+    /// its deadline passes, when unfinished jobs are handed back with a release, which uses no
+    /// attempt).
     pub async fn run_queue<W: Wakeups>(&self, wake: &W) -> RunSummary {
         let mut sum = RunSummary::default();
         let mut tasks: FuturesUnordered<Task<'_>> = FuturesUnordered::new();
@@ -158,6 +159,21 @@ impl<P: Ports> Pipeline<P> {
                     for (id, token) in left {
                         self.hand_back(&id, &token).await;
                         sum.handed_back += 1;
+                    }
+                    if claim_pending {
+                        // A long-poll claim is still out: dropping it would leave its jobs
+                        // leased to nobody until their leases expire. Wait for its answer (at
+                        // most the claim's wait) and hand those back too.
+                        while let Some(ev) = tasks.next().await {
+                            if let Event::Claimed(r) = ev {
+                                for job in r.unwrap_or_default() {
+                                    sum.claimed += 1;
+                                    self.hand_back(&job.id, &job.lease.token).await;
+                                    sum.handed_back += 1;
+                                }
+                                break;
+                            }
+                        }
                     }
                     break;
                 }

@@ -515,6 +515,29 @@ fn queue_loop_runs_everything_with_bounded_concurrency_and_drains_on_stop() {
 }
 
 #[test]
+fn stop_deadline_hands_back_the_jobs_of_a_claim_still_on_its_way() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config {
+        concurrency: 2,
+        ..Config::default()
+    });
+    // The claim leases the jobs at once, but its answer arrives only after the stop deadline.
+    rig.server.claim_reply_ms.set(500);
+    let ids: Vec<String> = (0..2)
+        .map(|i| rig.server.enqueue(MODEL, &format!("late {i}")))
+        .collect();
+    let wake = Watchdog(rig.clock.clone());
+    let stopper = async {
+        rig.clock.sleep(10).await;
+        p.stop.stop(rig.clock.now_ms() + 100);
+    };
+    let (sum, ()) = rig.clock.run(join(p.run_queue(&wake), stopper));
+    assert_eq!(sum.handed_back, 2, "{sum:?}");
+    assert_eq!(rig.server.ready_len(), 2, "not left leased to nobody");
+    assert!(ids.iter().all(|id| rig.server.attempt(id) == 0));
+}
+
+#[test]
 fn stop_deadline_hands_unfinished_jobs_back() {
     let rig = Rig::new();
     let p = rig.pipeline(Config {

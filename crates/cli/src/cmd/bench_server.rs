@@ -21,7 +21,7 @@ use super::CmdResult;
 /// Arguments of `ternflow bench-server`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// `memory` (embedded, no journal), `embedded` (journal in a temp dir) or a Redis URL.
+    /// `memory` (in memory only), `embedded` (SQLite in a temp dir) or a Redis URL.
     #[arg(long, default_value = "embedded")]
     pub store: String,
     /// No-op jobs to push through.
@@ -181,11 +181,23 @@ async fn bench(args: Args) -> CmdResult {
     // Cache GET.
     let key = "0123456789abcdef:bench";
     let vector = ternflow_core::codec::encode_vector(&vec![0.1f32; 384]);
-    http.put(format!("{base}/v1/cache/{key}"))
+    // A PUT must carry the fence of a live lock on the key.
+    let lock: serde_json::Value = http
+        .post(format!("{base}/v1/locks/{key}"))
         .bearer_auth(TOKEN)
-        .json(&json!({"model_id": "0123456789abcdef", "vector": vector, "fence": 1}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let put = http
+        .put(format!("{base}/v1/cache/{key}"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"model_id": "0123456789abcdef", "vector": vector, "fence": lock["fence"]}))
         .send()
         .await?;
+    if !put.status().is_success() {
+        return Err(format!("cache PUT refused: {}", put.status()).into());
+    }
     let gets = timed(args.clients, args.secs, {
         let (http, url) = (http.clone(), format!("{base}/v1/cache/{key}"));
         move || {
