@@ -385,11 +385,9 @@ impl MemServer {
             _ => Err(Error::LeaseLost(id.to_owned())),
         }
     }
-}
 
-impl JobSource for MemServer {
-    async fn claim(&self, max: u32, _wait_ms: u64) -> Result<Vec<ClaimedJob>> {
-        self.up()?;
+    /// Leases up to `max` ready jobs (the claim's server side).
+    fn lease_ready(&self, max: u32) -> Vec<ClaimedJob> {
         let now = self.clock.now_ms();
         let mut s = self.inner.borrow_mut();
         Self::expire_leases(&mut s, now);
@@ -420,7 +418,14 @@ impl JobSource for MemServer {
                 cached,
             });
         }
-        drop(s);
+        out
+    }
+}
+
+impl JobSource for MemServer {
+    async fn claim(&self, max: u32, _wait_ms: u64) -> Result<Vec<ClaimedJob>> {
+        self.up()?;
+        let out = self.lease_ready(max);
         let reply = self.claim_reply_ms.get();
         if reply > 0 {
             self.clock.sleep(reply).await;
