@@ -43,6 +43,14 @@ impl Backoff {
         d.max(floor_ms.unwrap_or(0))
     }
 
+    /// "Equal jitter" after failed try `retry`: uniform in `[c/2, c]` for the ceiling `c`, so a
+    /// retry never comes back at once (the server's nack backoff, where a burst of failures
+    /// must spread out but each job must still wait).
+    pub fn equal_jitter_ms(&self, retry: u32, rng: &Rng) -> u64 {
+        let c = self.ceiling_ms(retry);
+        c / 2 + rng.up_to(c - c / 2)
+    }
+
     /// Whether another try is allowed after `tries` tries.
     pub fn allows(&self, tries: u32) -> bool {
         tries < self.max_attempts
@@ -54,6 +62,26 @@ impl Backoff {
 pub fn jittered_ttl_ms(ttl_ms: u64, jitter: f64, rng: &Rng) -> u64 {
     let spread = (ttl_ms as f64 * jitter.clamp(0.0, 1.0)) as u64;
     ttl_ms - spread + rng.up_to(2 * spread)
+}
+
+#[cfg(test)]
+mod equal_jitter_tests {
+    use super::*;
+
+    #[test]
+    fn equal_jitter_stays_in_the_upper_half() {
+        let b = Backoff {
+            base_ms: 1_000,
+            max_ms: 60_000,
+            max_attempts: 5,
+        };
+        let rng = Rng::new(7);
+        for _ in 0..1_000 {
+            assert!((500..=1_000).contains(&b.equal_jitter_ms(0, &rng)));
+            assert!((2_000..=4_000).contains(&b.equal_jitter_ms(2, &rng)));
+            assert!((30_000..=60_000).contains(&b.equal_jitter_ms(19, &rng)));
+        }
+    }
 }
 
 #[cfg(test)]

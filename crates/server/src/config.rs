@@ -1,6 +1,14 @@
 //! Server limits and queue policy. Every number here has a default that suits a single node; the
 //! CLI (`ternflow serve`) exposes the ones worth changing.
 
+use ternflow_core::retry::{jittered_ttl_ms, Backoff};
+use ternflow_core::rng::Rng;
+
+/// A jitter source seeded from the OS (the core's generator is per-thread, not shared).
+fn fresh_rng() -> Rng {
+    Rng::new(rand::random())
+}
+
 /// Queue, cache, lock and HTTP limits.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -101,32 +109,24 @@ impl Default for Config {
 
 impl Config {
     /// Retry delay after the `attempt`-th delivery failed: `base · 2^(attempt-1)` capped at
-    /// `backoff_max_ms`, then "equal jitter" (uniform in `[d/2, d]`) so retries of a burst spread.
+    /// `backoff_max_ms`, with equal jitter (uniform in `[d/2, d]`) so retries of a burst spread
+    /// ([`Backoff::equal_jitter_ms`], the same mechanism the worker uses).
     pub fn backoff_ms(&self, attempt: u32) -> u64 {
-        let exp = attempt.saturating_sub(1).min(30);
-        let d = self
-            .backoff_base_ms
-            .saturating_mul(1u64 << exp)
-            .min(self.backoff_max_ms);
-        let half = d / 2;
-        half + if half > 0 {
-            rand::random_range(0..=half)
-        } else {
-            0
-        }
+        let b = Backoff {
+            base_ms: self.backoff_base_ms,
+            max_ms: self.backoff_max_ms,
+            max_attempts: self.max_attempts,
+        };
+        b.equal_jitter_ms(attempt.saturating_sub(1), &fresh_rng())
     }
 
-    /// A cache TTL: the request's (or the default), clamped, plus jitter.
+    /// A cache TTL: the request's (or the default), clamped, ± `cache_ttl_jitter`
+    /// ([`jittered_ttl_ms`], as the worker's local TTLs).
     pub fn cache_ttl(&self, requested: Option<u64>) -> u64 {
         let ttl = requested
             .unwrap_or(self.cache_ttl_ms)
             .clamp(1, self.cache_ttl_max_ms);
-        let jitter = (ttl as f64 * self.cache_ttl_jitter.clamp(0.0, 1.0)) as u64;
-        ttl + if jitter > 0 {
-            rand::random_range(0..=jitter)
-        } else {
-            0
-        }
+        jittered_ttl_ms(ttl, self.cache_ttl_jitter, &fresh_rng()).max(1)
     }
 
     /// A lock TTL: the request's (or the default), clamped to `1..=lock_ttl_max_ms`.
@@ -159,7 +159,7 @@ mod tests {
         let c = Config::default();
         for _ in 0..100 {
             let t = c.cache_ttl(Some(10_000));
-            assert!((10_000..=11_000).contains(&t));
+            assert!((9_000..=11_000).contains(&t), "{t}");
         }
         assert!(c.cache_ttl(Some(u64::MAX)) <= c.cache_ttl_max_ms * 11 / 10);
     }

@@ -50,8 +50,19 @@ impl Hub {
         let is_jobs = matches!(ev.1, ServerEvent::Jobs(_));
         {
             let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
-            if ring.back().is_some_and(|(id, _)| *id >= ev.0) {
-                return; // duplicate or out of order: ids only grow
+            match ring.back() {
+                Some((id, _)) if *id == ev.0 => return, // a duplicate
+                Some((id, _)) if *id > ev.0 => {
+                    // The counter went backwards (the store lost it): the old ids mean nothing
+                    // now. Start the ring again rather than dropping every event from here on.
+                    tracing::warn!(
+                        last = *id,
+                        next = ev.0,
+                        "event ids went backwards; ring reset"
+                    );
+                    ring.clear();
+                }
+                _ => {}
             }
             ring.push_back(ev.clone());
             while ring.len() > self.cap {
@@ -86,5 +97,40 @@ impl Hub {
     /// Wakes every waiting claim (shutdown).
     pub fn wake_all(&self) {
         self.work.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ternflow_core::protocol::JobsEvent;
+
+    use super::*;
+
+    fn hub() -> Hub {
+        let (tx, _) = broadcast::channel(16);
+        Hub {
+            ring: Mutex::new(VecDeque::new()),
+            cap: 8,
+            tx,
+            work: Notify::new(),
+        }
+    }
+
+    fn ev(id: u64) -> NumberedEvent {
+        (id, ServerEvent::Jobs(JobsEvent { depth: id }))
+    }
+
+    #[test]
+    fn duplicates_are_dropped_and_a_counter_that_goes_back_restarts_the_ring() {
+        let h = hub();
+        let (_, mut rx) = h.subscribe_after(None);
+        for id in [5, 6, 6, 2, 3] {
+            h.push(ev(id));
+        }
+        let got: Vec<u64> = std::iter::from_fn(|| rx.try_recv().ok().map(|(id, _)| id)).collect();
+        assert_eq!(got, [5, 6, 2, 3], "nothing after the reset is lost");
+        let (backlog, _) = h.subscribe_after(Some(0));
+        let ids: Vec<u64> = backlog.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, [2, 3], "the ring holds the new numbering only");
     }
 }

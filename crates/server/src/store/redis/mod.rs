@@ -719,10 +719,15 @@ impl EventBus for RedisStore {
         let body = serde_json::to_string(&event)
             .map_err(|e| Error::Store(format!("encode event: {e}")))?;
         let mut con = self.con.clone();
+        let floor = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64 * 1_000)
+            .unwrap_or(0);
         self.scripts
             .publish
             .arg(&self.prefix)
             .arg(body)
+            .arg(floor)
             .invoke_async(&mut con)
             .await
             .map_err(store_err)
