@@ -6,7 +6,9 @@
 //! [`writer`]) on a thread of its own; a client hears back only after `COMMIT` returned. A
 //! failed write (a full disk, an I/O error) rolls back and changes nothing: the request gets
 //! 503 with `Retry-After`, and the same request later succeeds. There is no state in memory
-//! besides the job sequence and fence counters, which are saved with every group.
+//! besides the job sequence and fence counters, which are saved with every group. Reads that
+//! are one statement (a cache lookup, a job's status, the depth, the dead letters) run on a
+//! second connection and thread, so they neither wait for nor delay the writer (WAL).
 //!
 //! # Durability ([`Synchronous`])
 //! `synchronous=NORMAL` (default): a committed operation survives the process being killed
@@ -42,7 +44,7 @@ use crate::error::{Error, Result};
 
 mod writer;
 
-use writer::{Counters, Op, Reply};
+use writer::{Counters, Op, ReadOp, Reply};
 
 const SCHEMA: &str = include_str!("schema.sql");
 /// Rows moved per claim by the delayed → ready and lease-expiry passes.
@@ -64,7 +66,8 @@ pub enum Synchronous {
 #[derive(Debug)]
 pub struct SqliteStore {
     ops: Option<mpsc::Sender<Op>>,
-    thread: Option<JoinHandle<()>>,
+    reads: Option<mpsc::Sender<ReadOp>>,
+    threads: Vec<JoinHandle<()>>,
     path: PathBuf,
     done_retention_ms: Arc<AtomicU64>,
     events: broadcast::Sender<NumberedEvent>,
@@ -124,11 +127,21 @@ impl SqliteStore {
             return Err(Error::Store(format!("{}: {check}", path.display())));
         }
         let counters = Counters::load(&conn).map_err(db_err)?;
+        let reader = Connection::open(&path).map_err(db_err)?;
+        reader
+            .execute_batch("PRAGMA query_only = ON; PRAGMA busy_timeout = 5000;")
+            .map_err(db_err)?;
+        let spawn_err = |e: std::io::Error| Error::Store(format!("start a database thread: {e}"));
         let (tx, rx) = mpsc::channel();
-        let thread = std::thread::Builder::new()
+        let writer = std::thread::Builder::new()
             .name("ternflow-sqlite".into())
             .spawn(move || writer::run(conn, rx, counters))
-            .map_err(|e| Error::Store(format!("start the database thread: {e}")))?;
+            .map_err(spawn_err)?;
+        let (rtx, rrx) = mpsc::channel();
+        let reader = std::thread::Builder::new()
+            .name("ternflow-sqlite-read".into())
+            .spawn(move || writer::run_reader(reader, rrx))
+            .map_err(spawn_err)?;
         let (events, _) = broadcast::channel(4_096);
         let start = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -136,7 +149,8 @@ impl SqliteStore {
             .unwrap_or(0);
         Ok(SqliteStore {
             ops: Some(tx),
-            thread: Some(thread),
+            reads: Some(rtx),
+            threads: vec![writer, reader],
             path,
             done_retention_ms: Arc::new(AtomicU64::new(KEEP_FOREVER)),
             events,
@@ -190,12 +204,33 @@ impl SqliteStore {
     }
 }
 
+impl SqliteStore {
+    /// Runs a read-only `f` (one statement, so it sees one committed state) on the reader thread.
+    async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel::<Result<T>>();
+        let op: ReadOp = Box::new(move |conn| {
+            let _ = tx.send(f(conn));
+        });
+        self.reads
+            .as_ref()
+            .and_then(|s| s.send(op).ok())
+            .ok_or_else(|| Error::Store("the database thread has stopped".to_owned()))?;
+        rx.await
+            .map_err(|_| Error::Store("the database thread has stopped".to_owned()))?
+    }
+}
+
 impl Drop for SqliteStore {
     fn drop(&mut self) {
         // Closing the channel ends the thread after the operations already sent; joining it
         // closes the connection (and checkpoints the WAL) before the store is gone.
         self.ops.take();
-        if let Some(t) = self.thread.take() {
+        self.reads.take();
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
@@ -644,7 +679,7 @@ impl QueueStore for SqliteStore {
 
     async fn status(&self, id: &str) -> Result<Option<JobStatus>> {
         let id = id.to_owned();
-        self.run(move |conn, _| {
+        self.read(move |conn| {
             let row = conn
                 .prepare_cached(&format!("SELECT {JOB_COLS} FROM jobs WHERE id = ?1"))
                 .and_then(|mut st| st.query_row([&id], read_row).optional())
@@ -655,7 +690,7 @@ impl QueueStore for SqliteStore {
     }
 
     async fn dlq(&self, limit: usize) -> Result<Vec<DlqEntry>> {
-        self.run(move |conn, _| {
+        self.read(move |conn| {
             let rows: Vec<Row> = conn
                 .prepare_cached(&format!(
                     "SELECT {JOB_COLS} FROM jobs WHERE state = 'dead' \
@@ -687,7 +722,7 @@ impl QueueStore for SqliteStore {
     }
 
     async fn depth(&self, now: u64) -> Result<QueueDepth> {
-        self.run(move |conn, _| {
+        self.read(move |conn| {
             conn.prepare_cached(
                 "SELECT \
                    (SELECT COUNT(*) FROM jobs WHERE state = 'ready'), \
@@ -741,7 +776,7 @@ fn live_entry(conn: &Connection, key: &str, now: u64) -> Result<Option<CacheEntr
 impl CacheStore for SqliteStore {
     async fn cache_get(&self, key: &str, now: u64) -> Result<Option<CacheEntry>> {
         let key = key.to_owned();
-        self.run(move |conn, _| live_entry(conn, &key, now)).await
+        self.read(move |conn| live_entry(conn, &key, now)).await
     }
 
     async fn cache_put(

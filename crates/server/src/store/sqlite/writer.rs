@@ -101,8 +101,24 @@ pub(super) fn run(conn: Connection, ops: Receiver<Op>, mut counters: Counters) {
     }
 }
 
+/// Runs a statement through the statement cache (parsed once, not per operation).
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
+/// Runs read-only operations, one at a time, each a single statement in autocommit mode on a
+/// connection of its own (WAL lets it read while the writer writes), until every sender is gone.
+pub(super) fn run_reader(conn: Connection, ops: Receiver<ReadOp>) {
+    while let Ok(op) = ops.recv() {
+        op(&conn);
+    }
+}
+
+/// A read-only operation: it runs and sends its own answer.
+pub(super) type ReadOp = Box<dyn FnOnce(&Connection) + Send>;
+
 fn run_group(conn: &Connection, group: Vec<Op>, counters: &mut Counters) {
-    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+    if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
         let msg = format!("begin: {e}");
         for op in group {
             op(None).1(Some(&msg));
@@ -113,7 +129,7 @@ fn run_group(conn: &Connection, group: Vec<Op>, counters: &mut Counters) {
     let mut abandoned: Option<String> = None;
     let mut rest = group.into_iter();
     for op in rest.by_ref() {
-        if let Err(e) = conn.execute_batch("SAVEPOINT op") {
+        if let Err(e) = exec(conn, "SAVEPOINT op") {
             abandoned = Some(format!("savepoint: {e}"));
             replies.push(op(None).1);
             break;
@@ -129,9 +145,9 @@ fn run_group(conn: &Connection, group: Vec<Op>, counters: &mut Counters) {
             break;
         }
         let end = if ok {
-            conn.execute_batch("RELEASE op")
+            exec(conn, "RELEASE op")
         } else {
-            conn.execute_batch("ROLLBACK TO op; RELEASE op")
+            exec(conn, "ROLLBACK TO op").and_then(|()| exec(conn, "RELEASE op"))
         };
         if let Err(e) = end {
             abandoned = Some(format!("savepoint: {e}"));
@@ -145,7 +161,7 @@ fn run_group(conn: &Connection, group: Vec<Op>, counters: &mut Counters) {
         Some(msg) => Err(msg),
         None => counters
             .save(conn)
-            .and_then(|()| conn.execute_batch("COMMIT"))
+            .and_then(|()| exec(conn, "COMMIT"))
             .map_err(|e| format!("commit: {e}")),
     };
     match outcome {
