@@ -340,6 +340,59 @@ pub struct AckResponse {
     pub first: bool,
 }
 
+/// One ack of a [`AckBatchRequest`]: the single ack's body plus the job id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AckItem {
+    /// Job id.
+    pub id: String,
+    /// The ack, as `POST /v1/jobs/{id}/ack` takes it.
+    #[serde(flatten)]
+    pub ack: AckRequest,
+}
+
+/// `POST /v1/jobs/ack` body: many acks in one request (at most 256).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AckBatchRequest {
+    /// The acks, each answered on its own.
+    pub acks: Vec<AckItem>,
+}
+
+/// How one ack of a batch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AckItemOutcome {
+    /// The job is done (the first ack).
+    Done,
+    /// The same lease holder acked before (idempotent).
+    Repeated,
+    /// The token does not hold the lease.
+    LeaseLost,
+    /// No such job.
+    Missing,
+    /// The ack itself is malformed (an empty vector, no model id, a bad id); see `error`.
+    Refused,
+}
+
+/// One answer of a [`AckBatchResponse`], in the request's order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AckItemResult {
+    /// Job id.
+    pub id: String,
+    /// What happened.
+    pub outcome: AckItemOutcome,
+    /// Why a `refused` ack was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorDetail>,
+}
+
+/// `POST /v1/jobs/ack` response: one result per ack, in order. A lost lease or a bad ack never
+/// affects the others.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AckBatchResponse {
+    /// The results.
+    pub results: Vec<AckItemResult>,
+}
+
 /// The submitted job, as kept in the dead-letter queue.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobSpec {

@@ -916,9 +916,9 @@ async fn openapi_lists_exactly_the_routes_served() {
             served += 1;
         }
     }
-    // 23 operations in the router (routes/mod.rs), the SSE route checked elsewhere.
+    // 24 operations in the router (routes/mod.rs), the SSE route checked elsewhere.
     assert_eq!(
-        served, 22,
+        served, 23,
         "the document lists every operation the router serves"
     );
 }
@@ -1390,4 +1390,100 @@ async fn the_1001st_worker_reports_metrics() {
     let workers = r.json["workers"].as_object().unwrap();
     assert_eq!(workers.len(), 1_000, "bounded");
     assert!(workers.contains_key("w1000"), "the newest is kept");
+}
+
+#[tokio::test]
+async fn a_batch_ack_answers_each_job_on_its_own() {
+    let (state, _) = state_with(Config::default());
+    let app = app(state);
+    let model = "00000000deadbeef";
+    let jobs: Vec<Value> = (0..3)
+        .map(|i| json!({"id": format!("b{i}"), "text": format!("text {i}"), "model_id": model}))
+        .collect();
+    call(
+        &app,
+        "POST",
+        "/v1/jobs",
+        Some(PRODUCER),
+        Some(json!({ "jobs": jobs })),
+    )
+    .await;
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/claim",
+        Some(WORKER),
+        Some(json!({"worker": "w", "max": 3})),
+    )
+    .await;
+    let claimed = r.json["jobs"].as_array().unwrap().clone();
+    let token = |id: &str| {
+        claimed.iter().find(|j| j["id"] == id).unwrap()["lease"]["token"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let good = |id: &str, tok: &str| {
+        let mut b = ack_body(tok);
+        b["id"] = json!(id);
+        b["result"]["model_id"] = json!(model);
+        b
+    };
+    let mut with_cache = good("b0", &token("b0"));
+    with_cache["cache"] =
+        json!({"key": ternflow_core::keys::cache_key(model, "text 0"), "fence": 0});
+    let mut empty = good("b2", &token("b2"));
+    empty["result"]["vector"] = json!("");
+    let body = json!({"acks": [
+        with_cache,
+        good("b1", "not-the-token"),
+        empty,
+        good("nope", "t"),
+    ]});
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/ack",
+        Some(WORKER),
+        Some(body.clone()),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let outcomes: Vec<(&str, &str)> = r.json["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| (x["id"].as_str().unwrap(), x["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("b0", "done"),
+            ("b1", "lease_lost"),
+            ("b2", "refused"),
+            ("nope", "missing")
+        ]
+    );
+    assert_eq!(r.json["results"][2]["error"]["code"], "bad_vector");
+    // The lost and refused ones changed nothing; the good one wrote through with its lease.
+    let st = |id: &'static str| {
+        let app = app.clone();
+        async move {
+            call(&app, "GET", &format!("/v1/jobs/{id}"), Some(WORKER), None)
+                .await
+                .json["state"]
+                .clone()
+        }
+    };
+    assert_eq!(st("b0").await, "done");
+    assert_eq!(st("b1").await, "leased");
+    assert_eq!(st("b2").await, "leased");
+    let key = ternflow_core::keys::cache_key(model, "text 0");
+    let r = call(&app, "GET", &format!("/v1/cache/{key}"), Some(WORKER), None).await;
+    assert_eq!(r.status, StatusCode::OK, "write-through of the batch");
+    // The same batch again: the done one is a repeat (idempotent), nothing acked twice.
+    let r = call(&app, "POST", "/v1/jobs/ack", Some(WORKER), Some(body)).await;
+    assert_eq!(r.json["results"][0]["outcome"], "repeated");
+    let r = call(&app, "GET", "/v1/stats", Some(ADMIN), None).await;
+    assert_eq!(r.json["counters"]["jobs_acked"], 1);
 }

@@ -8,8 +8,9 @@ use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use ternflow_core::keys;
 use ternflow_core::protocol::{
-    AckRequest, AckResponse, ClaimRequest, ClaimResponse, EnqueueRequest, EnqueueResponse,
-    HeartbeatRequest, HeartbeatResponse, JobStatus, NackRequest, NackResponse, ReleaseRequest,
+    AckBatchRequest, AckBatchResponse, AckItemOutcome, AckItemResult, AckRequest, AckResponse,
+    ClaimRequest, ClaimResponse, EnqueueRequest, EnqueueResponse, ErrorDetail, HeartbeatRequest,
+    HeartbeatResponse, JobStatus, NackRequest, NackResponse, ReleaseRequest,
 };
 use ternflow_core::trace::TraceParent;
 
@@ -18,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::extract::{Json, Path};
 use crate::queue::{lease_lost, lost_or_missing, publish_depth, valid_id};
 use crate::state::AppState;
-use crate::store::{AckOutcome, Fenced, JobRecord, PRIORITY_RANGE};
+use crate::store::{AckInput, AckOutcome, Fenced, JobRecord, PRIORITY_RANGE};
 
 /// Longest `delay_ms` accepted (30 days).
 const MAX_DELAY_MS: u64 = 30 * 24 * 3_600_000;
@@ -217,19 +218,7 @@ pub(crate) async fn ack(
     Path(id): Path<String>,
     Json(req): Json<AckRequest>,
 ) -> Result<Json<AckResponse>> {
-    valid_id(&id)?;
-    if req.result.vector.0.is_empty() {
-        return Err(Error::bad_request(
-            "bad_vector",
-            "the result vector is empty",
-        ));
-    }
-    if req.result.model_id.is_empty() {
-        return Err(Error::bad_request(
-            "bad_model",
-            "the result needs the model_id that produced it",
-        ));
-    }
+    check_ack(&id, &req)?;
     let now = state.now();
     let write = req.cache.map(|c| (c, req.result.clone()));
     match state.store.ack(&id, &req.token, req.result, now).await? {
@@ -246,6 +235,101 @@ pub(crate) async fn ack(
         AckOutcome::Stale => Err(lease_lost(&state)),
         AckOutcome::Missing => Err(Error::NotFound(format!("no job {id}"))),
     }
+}
+
+/// What every ack must look like before the store sees it.
+fn check_ack(id: &str, req: &AckRequest) -> Result<()> {
+    valid_id(id)?;
+    if req.result.vector.0.is_empty() {
+        return Err(Error::bad_request(
+            "bad_vector",
+            "the result vector is empty",
+        ));
+    }
+    if req.result.model_id.is_empty() {
+        return Err(Error::bad_request(
+            "bad_model",
+            "the result needs the model_id that produced it",
+        ));
+    }
+    Ok(())
+}
+
+/// `POST /v1/jobs/ack`: many acks in one request and one store step, each answered on its own
+/// (a lost lease or a malformed ack never drops the others). A store failure fails the whole
+/// request (503): the worker sends the same batch again, and acks are idempotent per token.
+pub(crate) async fn ack_batch(
+    State(state): State<AppState>,
+    Json(req): Json<AckBatchRequest>,
+) -> Result<Json<AckBatchResponse>> {
+    if req.acks.is_empty() {
+        return Err(Error::bad_request("empty_batch", "no acks"));
+    }
+    if req.acks.len() > state.config.max_claim as usize {
+        return Err(Error::too_large(
+            "batch_too_large",
+            format!("at most {} acks per request", state.config.max_claim),
+        ));
+    }
+    let now = state.now();
+    let mut results: Vec<Option<AckItemResult>> = vec![None; req.acks.len()];
+    let mut inputs = Vec::with_capacity(req.acks.len());
+    let mut items = Vec::with_capacity(req.acks.len());
+    for (i, item) in req.acks.into_iter().enumerate() {
+        if let Err(e) = check_ack(&item.id, &item.ack) {
+            results[i] = Some(AckItemResult {
+                id: item.id,
+                outcome: AckItemOutcome::Refused,
+                error: Some(ErrorDetail {
+                    code: e.code().to_owned(),
+                    message: e.to_string(),
+                }),
+            });
+            continue;
+        }
+        inputs.push(AckInput {
+            id: item.id.clone(),
+            token: item.ack.token.clone(),
+            result: item.ack.result.clone(),
+        });
+        items.push((i, item));
+    }
+    let outcomes = state.store.ack_many(inputs, now).await?;
+    let mut writes = Vec::new();
+    let mut done = 0;
+    for ((i, item), outcome) in items.into_iter().zip(outcomes) {
+        let outcome = match outcome {
+            AckOutcome::Done { fence, text_hash } => {
+                done += 1;
+                if let Some(c) = item.ack.cache {
+                    let (state, id, result) = (&state, item.id.clone(), item.ack.result);
+                    writes.push(async move {
+                        write_through(state, &id, &c.key, result, fence, &text_hash, c.ttl_ms)
+                            .await;
+                    });
+                }
+                AckItemOutcome::Done
+            }
+            AckOutcome::Repeated => AckItemOutcome::Repeated,
+            AckOutcome::Stale => {
+                state.metrics.add(|c| &c.leases_lost, 1);
+                AckItemOutcome::LeaseLost
+            }
+            AckOutcome::Missing => AckItemOutcome::Missing,
+        };
+        results[i] = Some(AckItemResult {
+            id: item.id,
+            outcome,
+            error: None,
+        });
+    }
+    // Concurrent, so the store commits them together.
+    futures_util::future::join_all(writes).await;
+    state.metrics.add(|c| &c.jobs_acked, done);
+    state.metrics.record_acks(now, done);
+    Ok(Json(AckBatchResponse {
+        results: results.into_iter().flatten().collect(),
+    }))
 }
 
 /// The cache write an ack carries. The job is done whatever happens here: a write that is not

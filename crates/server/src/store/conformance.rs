@@ -69,6 +69,7 @@ where
     cache_put_needs_a_lock_fence(make().await).await;
     sweep_removes_expired_entries_and_locks(make().await).await;
     history_is_capped(make().await).await;
+    ack_many_answers_each(make().await).await;
     locks(make().await).await;
     events_are_numbered_in_order(make().await).await;
     concurrent_events_arrive_in_id_order(std::sync::Arc::new(make().await)).await;
@@ -511,6 +512,49 @@ async fn history_is_capped<S: Store>(s: S) {
         dead[0].error.message.len() <= super::MAX_ERROR_MESSAGE + 4,
         "messages are cut"
     );
+}
+
+async fn ack_many_answers_each<S: Store>(s: S) {
+    s.enqueue(vec![job("a", 0, T0), job("b", 0, T0)], T0)
+        .await
+        .unwrap();
+    let c = s.claim("w", 2, 1_000, 5, T0).await.unwrap();
+    let tok = |id: &str| {
+        c.jobs
+            .iter()
+            .find(|j| j.id == id)
+            .unwrap()
+            .lease
+            .token
+            .clone()
+    };
+    let input = |id: &str, token: String| super::AckInput {
+        id: id.to_owned(),
+        token,
+        result: result(),
+    };
+    let out = s
+        .ack_many(
+            vec![
+                input("a", tok("a")),
+                input("b", "stale".into()),
+                input("zz", "t".into()),
+                input("a", tok("a")),
+            ],
+            T0,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(out[0], AckOutcome::Done { .. }), "{out:?}");
+    assert_eq!(
+        out[1..],
+        [AckOutcome::Stale, AckOutcome::Missing, AckOutcome::Repeated],
+        "each ack answered on its own, in order"
+    );
+    assert!(matches!(
+        s.status("b").await.unwrap().unwrap().state,
+        JobState::Leased { .. }
+    ));
 }
 
 async fn locks<S: Store>(s: S) {

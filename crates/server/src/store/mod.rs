@@ -62,6 +62,17 @@ pub struct Claimed {
     pub expired: Vec<String>,
 }
 
+/// One ack of a batch, as the store takes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AckInput {
+    /// Job id.
+    pub id: String,
+    /// Lease token.
+    pub token: String,
+    /// The result.
+    pub result: JobResult,
+}
+
 /// Outcome of an ack.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AckOutcome {
@@ -149,6 +160,17 @@ pub trait QueueStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Finishes the job held with `token`.
     async fn ack(&self, id: &str, token: &str, result: JobResult, now: u64) -> Result<AckOutcome>;
+
+    /// Finishes many jobs, each as [`QueueStore::ack`] would, one outcome per ack in order. A
+    /// store that can do the batch in one step (one transaction) overrides this; the default
+    /// acks one by one.
+    async fn ack_many(&self, acks: Vec<AckInput>, now: u64) -> Result<Vec<AckOutcome>> {
+        let mut out = Vec::with_capacity(acks.len());
+        for a in acks {
+            out.push(self.ack(&a.id, &a.token, a.result, now).await?);
+        }
+        Ok(out)
+    }
 
     /// Gives the job back with an error: re-queued at `retry_at`, or dead-lettered when it is not
     /// retryable or used `max_attempts`. `None` when the token does not hold the lease. The

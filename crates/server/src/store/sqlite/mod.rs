@@ -37,8 +37,8 @@ use ternflow_core::protocol::{
 use tokio::sync::{broadcast, oneshot};
 
 use super::{
-    cap_error, new_token, push_history, AckOutcome, CacheStore, Claimed, EventBus, Fenced,
-    JobRecord, LockOutcome, LockStore, NumberedEvent, PutOutcome, QueueStore,
+    cap_error, new_token, push_history, AckInput, AckOutcome, CacheStore, Claimed, EventBus,
+    Fenced, JobRecord, LockOutcome, LockStore, NumberedEvent, PutOutcome, QueueStore,
 };
 use crate::error::{Error, Result};
 
@@ -401,6 +401,43 @@ fn housekeeping(
     Ok(())
 }
 
+/// One ack inside a transaction (shared by `ack` and `ack_many`).
+fn ack_one(
+    conn: &Connection,
+    id: &str,
+    token: &str,
+    result: &JobResult,
+    now: u64,
+) -> Result<AckOutcome> {
+    let row: Option<(String, Option<String>, Option<i64>, String)> = conn
+        .prepare_cached("SELECT state, token, fence, text FROM jobs WHERE id = ?1")
+        .and_then(|mut st| {
+            st.query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                .optional()
+        })
+        .map_err(db_err)?;
+    let Some((state, held, fence, text)) = row else {
+        return Ok(AckOutcome::Missing);
+    };
+    let holds = held.as_deref() == Some(token);
+    match state.as_str() {
+        "leased" if holds => {}
+        "done" if holds => return Ok(AckOutcome::Repeated),
+        _ => return Ok(AckOutcome::Stale),
+    }
+    let result = serde_json::to_string(result).map_err(json_err)?;
+    conn.prepare_cached(
+        "UPDATE jobs SET state = 'done', result = ?2, ended_at = ?3, fence = NULL, \
+             expires_at = NULL WHERE id = ?1",
+    )
+    .and_then(|mut st| st.execute(params![id, result, now as i64]))
+    .map_err(db_err)?;
+    Ok(AckOutcome::Done {
+        fence: fence.unwrap_or(0) as u64,
+        text_hash: keys::text_hash(&text),
+    })
+}
+
 #[async_trait]
 impl QueueStore for SqliteStore {
     async fn enqueue(&self, jobs: Vec<JobRecord>, now: u64) -> Result<Vec<Enqueued>> {
@@ -565,34 +602,16 @@ impl QueueStore for SqliteStore {
 
     async fn ack(&self, id: &str, token: &str, result: JobResult, now: u64) -> Result<AckOutcome> {
         let (id, token) = (id.to_owned(), token.to_owned());
+        self.run(move |conn, _| ack_one(conn, &id, &token, &result, now))
+            .await
+    }
+
+    async fn ack_many(&self, acks: Vec<AckInput>, now: u64) -> Result<Vec<AckOutcome>> {
+        // One savepoint for the whole batch: one step, as the batch protocol promises.
         self.run(move |conn, _| {
-            let row: Option<(String, Option<String>, Option<i64>, String)> = conn
-                .prepare_cached("SELECT state, token, fence, text FROM jobs WHERE id = ?1")
-                .and_then(|mut st| {
-                    st.query_row([&id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-                        .optional()
-                })
-                .map_err(db_err)?;
-            let Some((state, held, fence, text)) = row else {
-                return Ok(AckOutcome::Missing);
-            };
-            let holds = held.as_deref() == Some(token.as_str());
-            match state.as_str() {
-                "leased" if holds => {}
-                "done" if holds => return Ok(AckOutcome::Repeated),
-                _ => return Ok(AckOutcome::Stale),
-            }
-            let result = serde_json::to_string(&result).map_err(json_err)?;
-            conn.prepare_cached(
-                "UPDATE jobs SET state = 'done', result = ?2, ended_at = ?3, fence = NULL, \
-                 expires_at = NULL WHERE id = ?1",
-            )
-            .and_then(|mut st| st.execute(params![id, result, now as i64]))
-            .map_err(db_err)?;
-            Ok(AckOutcome::Done {
-                fence: fence.unwrap_or(0) as u64,
-                text_hash: keys::text_hash(&text),
-            })
+            acks.iter()
+                .map(|a| ack_one(conn, &a.id, &a.token, &a.result, now))
+                .collect()
         })
         .await
     }
