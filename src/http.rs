@@ -16,9 +16,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use ternflow_core::ports::{Embedder, JobSource, Locks, PutOutcome, RemoteCache};
 use ternflow_core::protocol::{
-    AckRequest, CacheEntry, CachePut, ClaimRequest, ClaimResponse, ClaimedJob, EmbedRequest,
-    EmbedResponse, ErrorBody, HeartbeatRequest, HeartbeatResponse, Lease, LockGrant, LockRequest,
-    LockToken, NackRequest, NackResponse, ReleaseRequest, WorkerMetrics,
+    AckBatchRequest, AckBatchResponse, AckItem, AckItemOutcome, AckRequest, CacheEntry, CachePut,
+    ClaimRequest, ClaimResponse, ClaimedJob, EmbedRequest, EmbedResponse, ErrorBody,
+    HeartbeatRequest, HeartbeatResponse, Lease, LockGrant, LockRequest, LockToken, NackRequest,
+    NackResponse, ReleaseRequest, WorkerMetrics,
 };
 use ternflow_core::{Error, Result};
 
@@ -220,6 +221,48 @@ impl JobSource for HttpClient {
         let resp = self.send(Method::Post, &path, Some(ack), trace).await?;
         Self::expect_ok::<serde_json::Value>(resp, Some(job_id)).await?;
         Ok(())
+    }
+
+    async fn ack_many(&self, acks: &[(String, AckRequest)]) -> Result<Vec<Result<()>>> {
+        let body = AckBatchRequest {
+            acks: acks
+                .iter()
+                .map(|(id, ack)| AckItem {
+                    id: id.clone(),
+                    ack: ack.clone(),
+                })
+                .collect(),
+        };
+        let resp = self
+            .send(Method::Post, "/v1/jobs/ack", Some(&body), "")
+            .await?;
+        let answer: AckBatchResponse = Self::expect_ok(resp, None).await?;
+        Ok(answer
+            .results
+            .into_iter()
+            .map(|r| match r.outcome {
+                AckItemOutcome::Done | AckItemOutcome::Repeated => Ok(()),
+                AckItemOutcome::LeaseLost => Err(Error::LeaseLost(r.id)),
+                AckItemOutcome::Missing => Err(Error::Http {
+                    status: 404,
+                    code: "not_found".into(),
+                    message: format!("no job {}", r.id),
+                    retry_after_ms: None,
+                }),
+                AckItemOutcome::Refused => {
+                    let (code, message) = r
+                        .error
+                        .map(|e| (e.code, e.message))
+                        .unwrap_or_else(|| ("refused".into(), String::new()));
+                    Err(Error::Http {
+                        status: 400,
+                        code,
+                        message,
+                        retry_after_ms: None,
+                    })
+                }
+            })
+            .collect())
     }
 
     async fn nack(&self, job_id: &str, nack: &NackRequest, trace: &str) -> Result<NackResponse> {

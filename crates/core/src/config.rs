@@ -43,6 +43,10 @@ pub struct Config {
     pub backend_burst: u32,
     /// Seed for jitter and trace ids (0 = from the clock).
     pub seed: u64,
+    /// How long a finished job's ack waits for others to share its request (queue loop only), ms.
+    pub ack_linger_ms: u64,
+    /// Most acks in one request.
+    pub ack_batch_max: u32,
 }
 
 impl Default for Config {
@@ -69,6 +73,8 @@ impl Default for Config {
             backend_rate_per_s: 50.0,
             backend_burst: 20,
             seed: 0,
+            ack_linger_ms: 2,
+            ack_batch_max: 128,
         }
     }
 }

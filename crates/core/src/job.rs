@@ -121,8 +121,17 @@ impl<P: Ports> Pipeline<P> {
                 source: r.source,
             },
         };
-        self.source.ack(&job.id, &ack, trace).await?;
+        self.send_ack(&job.id, ack, trace).await?;
         Ok(r.source)
+    }
+
+    /// Sends an ack: through the batch queue while the queue loop runs (it flushes them), else
+    /// on its own.
+    async fn send_ack(&self, id: &str, ack: AckRequest, trace: &str) -> Result<()> {
+        if !self.acks.is_driven() {
+            return self.source.ack(id, &ack, trace).await;
+        }
+        self.acks.push(id, ack).await.unwrap_or(Err(Error::Stopped))
     }
 
     /// Nacks `job` with `err`: retryable errors come back later, permanent ones go to the DLQ.

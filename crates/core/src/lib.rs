@@ -19,6 +19,7 @@
 //! - [`config`]: the worker's settings; [`error`]: the crate's one error enum.
 //! - [`memory`]: in-memory ports and a fake clock for tests.
 
+pub mod ack_batch;
 pub mod breaker;
 pub mod codec;
 pub mod config;

@@ -226,6 +226,12 @@ pub struct MemServer {
     /// A claim's answer takes this long to arrive after its jobs were leased (a long poll whose
     /// response is still on the way).
     pub claim_reply_ms: Rc<Cell<u64>>,
+    /// Batch ack requests served.
+    pub ack_batches: Rc<Cell<u32>>,
+    /// The next this many batch ack requests fail with a 503 (before anything is applied).
+    pub fail_ack_batches: Rc<Cell<u32>>,
+    /// Acks applied per job id (a job acked twice shows 2).
+    pub ack_counts: Rc<RefCell<BTreeMap<String, u32>>>,
 }
 
 #[derive(Debug, Default)]
@@ -263,6 +269,9 @@ impl MemServer {
             down: Rc::default(),
             cache_gets: Rc::default(),
             claim_reply_ms: Rc::default(),
+            ack_batches: Rc::default(),
+            fail_ack_batches: Rc::default(),
+            ack_counts: Rc::default(),
         }
     }
 
@@ -451,11 +460,38 @@ impl JobSource for MemServer {
         Ok(l.clone())
     }
 
+    async fn ack_many(&self, acks: &[(String, AckRequest)]) -> Result<Vec<Result<()>>> {
+        self.up()?;
+        self.ack_batches.set(self.ack_batches.get() + 1);
+        if self.fail_ack_batches.get() > 0 {
+            self.fail_ack_batches.set(self.fail_ack_batches.get() - 1);
+            return Err(Error::Http {
+                status: 503,
+                code: "store_unavailable".into(),
+                message: "injected".into(),
+                retry_after_ms: Some(10),
+            });
+        }
+        let mut out = Vec::with_capacity(acks.len());
+        for (id, ack) in acks {
+            out.push(self.ack(id, ack, "").await);
+        }
+        Ok(out)
+    }
+
     async fn ack(&self, job_id: &str, ack: &AckRequest, _trace: &str) -> Result<()> {
         self.up()?;
         let now = self.clock.now_ms();
         let mut s = self.inner.borrow_mut();
         Self::lease_check(&s, job_id, &ack.token)?;
+        let first = !s.done.contains_key(job_id);
+        if first {
+            *self
+                .ack_counts
+                .borrow_mut()
+                .entry(job_id.to_owned())
+                .or_insert(0) += 1;
+        }
         s.done.insert(job_id.to_owned(), ack.result.clone());
         if let Some(c) = &ack.cache {
             let entry = CacheEntry {

@@ -56,6 +56,8 @@ pub mod names {
     pub const REMOTE_ERRORS: &str = "cache_remote_errors";
     /// Nacks that could not be delivered (the lease expires and the job is re-delivered).
     pub const NACK_FAILURES: &str = "nack_failures";
+    /// Batch ack requests sent (`jobs_done / ack_batches` is the mean batch).
+    pub const ACK_BATCHES: &str = "ack_batches";
     /// Hand-backs that could not be delivered (the lease expires and the job is re-delivered).
     pub const RELEASE_FAILURES: &str = "release_failures";
 }

@@ -9,6 +9,7 @@ use std::cell::RefCell;
 
 use futures_util::future::join;
 
+use crate::ack_batch::AckQueue;
 use crate::breaker::{Breaker, BreakerState};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -97,6 +98,7 @@ pub struct Pipeline<P: Ports> {
     pub(crate) backend_breaker: Breaker,
     pub(crate) backend_limiter: RateLimiter,
     pub(crate) in_flight: RefCell<Vec<(String, String)>>,
+    pub(crate) acks: AckQueue,
 }
 
 /// The adapters a [`Pipeline`] is built from.
@@ -142,6 +144,7 @@ impl<P: Ports> Pipeline<P> {
             metrics: Metrics::new(),
             stop: StopSignal::new(),
             in_flight: RefCell::new(Vec::new()),
+            acks: AckQueue::default(),
         }
     }
 

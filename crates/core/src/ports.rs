@@ -27,6 +27,16 @@ pub trait JobSource {
     async fn heartbeat(&self, job_id: &str, token: &str, trace: &str) -> Result<Lease>;
     /// Finishes a job. [`Error::LeaseLost`](crate::Error::LeaseLost) for a stale token.
     async fn ack(&self, job_id: &str, ack: &AckRequest, trace: &str) -> Result<()>;
+    /// Finishes many jobs in one request, one result per ack in order (a lost lease is that
+    /// ack's [`Error::LeaseLost`](crate::Error::LeaseLost), not the batch's); `Err` when the
+    /// request as a whole failed. The default sends them one by one.
+    async fn ack_many(&self, acks: &[(String, AckRequest)]) -> Result<Vec<Result<()>>> {
+        let mut out = Vec::with_capacity(acks.len());
+        for (id, ack) in acks {
+            out.push(self.ack(id, ack, "").await);
+        }
+        Ok(out)
+    }
     /// Gives a job back with an error.
     async fn nack(&self, job_id: &str, nack: &NackRequest, trace: &str) -> Result<NackResponse>;
     /// Hands a lease back without using an attempt (the worker is stopping).

@@ -36,6 +36,8 @@ enum Event {
     Finished(String, JobOutcome),
     Woken(Option<u64>),
     ClaimAgain,
+    AcksWaiting,
+    AcksFlushed,
     Stop,
     Deadline,
 }
@@ -59,6 +61,12 @@ impl<P: Ports> Pipeline<P> {
         tasks.push(Box::pin(async {
             self.stop.wait().await;
             Event::Stop
+        }));
+        // Acks of finished jobs are batched; this loop flushes them (it outlives every job).
+        self.acks.set_driven(true);
+        tasks.push(Box::pin(async {
+            self.acks.waiting().await;
+            Event::AcksWaiting
         }));
         let conc = self.cfg.concurrency.max(1) as usize;
         let (mut in_flight, mut claim_pending, mut waiting, mut want_claim) =
@@ -125,6 +133,27 @@ impl<P: Ports> Pipeline<P> {
                     }));
                 }
                 Event::ClaimAgain => want_claim = true,
+                Event::AcksWaiting => {
+                    // Let the acks of jobs finishing together join, then send them as one.
+                    tasks.push(Box::pin(async {
+                        self.clock.sleep(self.cfg.ack_linger_ms).await;
+                        self.flush_acks().await;
+                        Event::AcksFlushed
+                    }));
+                }
+                Event::AcksFlushed => {
+                    if self.acks.len() > 0 {
+                        tasks.push(Box::pin(async {
+                            self.flush_acks().await;
+                            Event::AcksFlushed
+                        }));
+                    } else {
+                        tasks.push(Box::pin(async {
+                            self.acks.waiting().await;
+                            Event::AcksWaiting
+                        }));
+                    }
+                }
                 Event::Woken(depth) => {
                     waiting = false;
                     want_claim = true;
@@ -179,8 +208,20 @@ impl<P: Ports> Pipeline<P> {
                 }
             }
         }
+        self.acks.set_driven(false);
         self.metrics.set_gauge(gauges::IN_FLIGHT, 0.0);
         sum
+    }
+
+    /// Sends up to `ack_batch_max` waiting acks in one request and answers each job.
+    async fn flush_acks(&self) {
+        let batch = self.acks.take(self.cfg.ack_batch_max as usize);
+        let items = batch.items();
+        if items.is_empty() {
+            return;
+        }
+        self.metrics.inc(names::ACK_BATCHES);
+        batch.answer(self.source.ack_many(&items).await);
     }
 
     /// Hands a lease back without using an attempt; the job is ready again at once.

@@ -562,3 +562,83 @@ fn stop_deadline_hands_unfinished_jobs_back() {
     );
     assert!(ids.iter().all(|id| rig.server.result(id).is_none()));
 }
+
+#[test]
+fn jobs_finishing_together_share_one_ack_request() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config {
+        concurrency: 8,
+        ..Config::default()
+    });
+    rig.engine.latency_ms.set(5);
+    let ids: Vec<String> = (0..8)
+        .map(|i| rig.server.enqueue(MODEL, &format!("together {i}")))
+        .collect();
+    let wake = Watchdog(rig.clock.clone());
+    let stopper = async {
+        rig.clock.sleep(5_000).await;
+        p.stop.stop(rig.clock.now_ms() + 1_000);
+    };
+    let (sum, ()) = rig.clock.run(join(p.run_queue(&wake), stopper));
+    assert_eq!(sum.done, 8);
+    assert!(ids.iter().all(|id| rig.server.result(id).is_some()));
+    let batches = rig.server.ack_batches.get();
+    assert!(batches <= 2, "8 acks in {batches} requests");
+    assert_eq!(p.metrics.counter(names::ACK_BATCHES), u64::from(batches));
+}
+
+#[test]
+fn a_lost_lease_inside_a_batch_does_not_drop_the_other_acks() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config {
+        concurrency: 4,
+        ..Config::default()
+    });
+    rig.engine.latency_ms.set(5);
+    let ids: Vec<String> = (0..4)
+        .map(|i| rig.server.enqueue(MODEL, &format!("batch {i}")))
+        .collect();
+    let wake = Watchdog(rig.clock.clone());
+    let thief = async {
+        // After the claim, before the engine finishes: one lease goes to someone else.
+        rig.clock.sleep(2).await;
+        rig.server.steal_lease(&ids[1]);
+        rig.clock.sleep(5_000).await;
+        p.stop.stop(rig.clock.now_ms() + 1_000);
+    };
+    let (sum, ()) = rig.clock.run(join(p.run_queue(&wake), thief));
+    assert_eq!((sum.done, sum.lost), (3, 1), "{sum:?}");
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(rig.server.result(id).is_some(), i != 1, "job {i}");
+    }
+}
+
+#[test]
+fn a_5xx_batch_ack_is_sent_again_and_nothing_is_lost_or_acked_twice() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config {
+        concurrency: 6,
+        ..Config::default()
+    });
+    rig.engine.latency_ms.set(5);
+    rig.server.fail_ack_batches.set(2);
+    let ids: Vec<String> = (0..6)
+        .map(|i| rig.server.enqueue(MODEL, &format!("flaky {i}")))
+        .collect();
+    let wake = Watchdog(rig.clock.clone());
+    let stopper = async {
+        rig.clock.sleep(30_000).await;
+        p.stop.stop(rig.clock.now_ms() + 1_000);
+    };
+    let (sum, ()) = rig.clock.run(join(p.run_queue(&wake), stopper));
+    assert_eq!(sum.done, 6, "{sum:?}");
+    assert!(
+        rig.server.ack_batches.get() >= 3,
+        "the failed batches were sent again"
+    );
+    let counts = rig.server.ack_counts.borrow();
+    for id in &ids {
+        assert_eq!(counts.get(id), Some(&1), "{id} acked exactly once");
+    }
+    assert!(p.metrics.counter(names::RETRIES) >= 6);
+}
