@@ -1487,3 +1487,58 @@ async fn a_batch_ack_answers_each_job_on_its_own() {
     let r = call(&app, "GET", "/v1/stats", Some(ADMIN), None).await;
     assert_eq!(r.json["counters"]["jobs_acked"], 1);
 }
+
+#[tokio::test]
+async fn a_model_less_job_is_embedded_with_the_claiming_workers_model() {
+    // A server without a model of its own: jobs enqueued without a model id.
+    let state = AppState::new(
+        Arc::new(MemoryStore::new()),
+        common::tokens(),
+        Config::default(),
+    );
+    let app = app(state);
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs",
+        Some(PRODUCER),
+        Some(json!({"text": "no model named"})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let id = r.json["jobs"][0]["id"].as_str().unwrap().to_owned();
+    let worker_model = "00000000cafef00d";
+    let r = call(
+        &app,
+        "POST",
+        "/v1/jobs/claim",
+        Some(WORKER),
+        Some(json!({"worker": "w", "max": 1, "model_id": worker_model})),
+    )
+    .await;
+    let job = r.json["jobs"][0].clone();
+    assert_eq!(
+        job["model_id"], worker_model,
+        "the claim fills the worker's model in"
+    );
+    // The worker keys its result and write-through with that model: the ack is accepted, the
+    // job is done and the vector is cached under the worker's model.
+    let key = ternflow_core::keys::cache_key(worker_model, "no model named");
+    let mut body = ack_body(job["lease"]["token"].as_str().unwrap());
+    body["result"]["model_id"] = json!(worker_model);
+    body["cache"] = json!({"key": key, "fence": 0});
+    let r = call(
+        &app,
+        "POST",
+        &format!("/v1/jobs/{id}/ack"),
+        Some(WORKER),
+        Some(body),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = call(&app, "GET", &format!("/v1/jobs/{id}"), Some(PRODUCER), None).await;
+    assert_eq!(r.json["state"], "done");
+    assert_eq!(r.json["result"]["model_id"], worker_model);
+    let r = call(&app, "GET", &format!("/v1/cache/{key}"), Some(WORKER), None).await;
+    assert_eq!(r.status, StatusCode::OK, "cached under the worker's model");
+}
