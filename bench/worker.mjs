@@ -1,6 +1,6 @@
 // Benchmark of the worker pipeline in headless Chromium, against a real `ternflow serve`.
 // Build first: scripts/build-pkg.sh && cargo build --release -p ternflow-cli
-// Run:         node bench/worker.mjs [--model FILE] [--n 300] [--concurrency 4]
+// Run:         node bench/worker.mjs [--model FILE] [--n 300] [--concurrency 16]
 // Prints: bare-engine vs end-to-end queue throughput with one worker each, local hit latency (same
 // worker, and read from IndexedDB after a reload) vs a miss's, wasm memory after the model loads, and the cold start.
 import { createServer } from "node:http";
@@ -12,7 +12,7 @@ import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
 
 const root = resolve(fileURLToPath(new URL(".", import.meta.url)), "..");
-const args = { model: null, n: 300, concurrency: 4 };
+const args = { model: null, n: 300, concurrency: 16 };
 for (let i = 2; i < process.argv.length; i++) {
   const k = process.argv[i];
   if (k === "--model") args.model = process.argv[++i];

@@ -79,7 +79,16 @@ impl AckQueue {
 
     /// Resolves once an ack is waiting.
     pub(crate) fn waiting(&self) -> Waiting<'_> {
-        Waiting { queue: self }
+        self.at_least(1)
+    }
+
+    /// Resolves once `n` acks are waiting (every job in flight has finished: nobody else can
+    /// join the batch, so lingering longer would only add latency).
+    pub(crate) fn at_least(&self, n: usize) -> Waiting<'_> {
+        Waiting {
+            queue: self,
+            n: n.max(1),
+        }
     }
 
     /// Takes up to `max` waiting acks for one request.
@@ -137,12 +146,13 @@ impl Batch {
 /// The future of [`AckQueue::waiting`].
 pub(crate) struct Waiting<'a> {
     queue: &'a AckQueue,
+    n: usize,
 }
 
 impl Future for Waiting<'_> {
     type Output = ();
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.queue.len() > 0 {
+        if self.queue.len() >= self.n {
             Poll::Ready(())
         } else {
             *self.queue.waker.borrow_mut() = Some(cx.waker().clone());

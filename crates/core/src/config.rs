@@ -53,7 +53,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             worker_id: String::new(),
-            concurrency: 4,
+            concurrency: 16,
             max_text_bytes: 16 * 1024,
             local_ttl_ms: 7 * 24 * 3_600_000,
             remote_ttl_ms: 24 * 3_600_000,

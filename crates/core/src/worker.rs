@@ -134,9 +134,14 @@ impl<P: Ports> Pipeline<P> {
                 }
                 Event::ClaimAgain => want_claim = true,
                 Event::AcksWaiting => {
-                    // Let the acks of jobs finishing together join, then send them as one.
-                    tasks.push(Box::pin(async {
-                        self.clock.sleep(self.cfg.ack_linger_ms).await;
+                    // Let the acks of jobs finishing together join (for the linger time, or
+                    // until every job in flight is waiting on its ack), then send them as one.
+                    let all = in_flight;
+                    tasks.push(Box::pin(async move {
+                        let linger = self.clock.sleep(self.cfg.ack_linger_ms);
+                        let everyone = self.acks.at_least(all);
+                        futures_util::pin_mut!(linger, everyone);
+                        futures_util::future::select(linger, everyone).await;
                         self.flush_acks().await;
                         Event::AcksFlushed
                     }));
