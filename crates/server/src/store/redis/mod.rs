@@ -225,6 +225,20 @@ impl RedisStore {
         self
     }
 
+    /// Runs `script` with the key prefix as its first argument, then what `args` adds: the one
+    /// place a script is invoked.
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
+    ) -> Result<T> {
+        let mut inv = script.prepare_invoke();
+        inv.arg(&self.prefix);
+        args(&mut inv);
+        let mut con = self.con.clone();
+        inv.invoke_async(&mut con).await.map_err(store_err)
+    }
+
     fn key(&self, kind: &str, id: &str) -> String {
         format!("{}:{kind}:{id}", self.prefix)
     }
@@ -263,20 +277,21 @@ impl QueueStore for RedisStore {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        let mut inv = self.scripts.enqueue.prepare_invoke();
-        inv.arg(&self.prefix).arg(now);
-        for j in &jobs {
-            let meta = j.meta.as_ref().map(|m| m.to_string()).unwrap_or_default();
-            inv.arg(&j.id)
-                .arg(&j.text)
-                .arg(&j.model_id)
-                .arg(j.priority)
-                .arg(j.available_at)
-                .arg(meta)
-                .arg(&j.trace_id);
-        }
-        let mut con = self.con.clone();
-        let flags: Vec<String> = inv.invoke_async(&mut con).await.map_err(store_err)?;
+        let flags: Vec<String> = self
+            .invoke(&self.scripts.enqueue, |inv| {
+                inv.arg(now);
+                for j in &jobs {
+                    let meta = j.meta.as_ref().map(|m| m.to_string()).unwrap_or_default();
+                    inv.arg(&j.id)
+                        .arg(&j.text)
+                        .arg(&j.model_id)
+                        .arg(j.priority)
+                        .arg(j.available_at)
+                        .arg(meta)
+                        .arg(&j.trace_id);
+                }
+            })
+            .await?;
         Ok(jobs
             .into_iter()
             .zip(flags)
@@ -295,18 +310,18 @@ impl QueueStore for RedisStore {
         max_attempts: u32,
         now: u64,
     ) -> Result<Claimed> {
-        let mut inv = self.scripts.claim.prepare_invoke();
-        inv.arg(&self.prefix)
-            .arg(now)
-            .arg(max)
-            .arg(lease_ms)
-            .arg(max_attempts)
-            .arg(worker);
-        for _ in 0..max {
-            inv.arg(new_token());
-        }
-        let mut con = self.con.clone();
-        let out: Vec<String> = inv.invoke_async(&mut con).await.map_err(store_err)?;
+        let out: Vec<String> = self
+            .invoke(&self.scripts.claim, |inv| {
+                inv.arg(now)
+                    .arg(max)
+                    .arg(lease_ms)
+                    .arg(max_attempts)
+                    .arg(worker);
+                for _ in 0..max {
+                    inv.arg(new_token());
+                }
+            })
+            .await?;
         let n_dead: usize = parse(out.first().map_or("0", String::as_str), "count")?;
         let n_exp: usize = parse(out.get(1).map_or("0", String::as_str), "count")?;
         let rest = out.get(2..).unwrap_or_default();
@@ -344,18 +359,11 @@ impl QueueStore for RedisStore {
         lease_ms: u64,
         now: u64,
     ) -> Result<Option<Lease>> {
-        let mut con = self.con.clone();
         let out: Vec<String> = self
-            .scripts
-            .heartbeat
-            .arg(&self.prefix)
-            .arg(id)
-            .arg(token)
-            .arg(now)
-            .arg(lease_ms)
-            .invoke_async(&mut con)
-            .await
-            .map_err(store_err)?;
+            .invoke(&self.scripts.heartbeat, |i| {
+                i.arg(id).arg(token).arg(now).arg(lease_ms);
+            })
+            .await?;
         if out.len() != 2 {
             return Ok(None);
         }
@@ -369,22 +377,15 @@ impl QueueStore for RedisStore {
     async fn ack(&self, id: &str, token: &str, result: JobResult, _now: u64) -> Result<AckOutcome> {
         let result = serde_json::to_string(&result)
             .map_err(|e| Error::Store(format!("encode result: {e}")))?;
-        let mut con = self.con.clone();
         let out: Vec<String> = self
-            .scripts
-            .ack
-            .arg(&self.prefix)
-            .arg(id)
-            .arg(token)
-            .arg(result)
-            .arg(
-                self.done_retention_ms
-                    .map(|ms| ms.to_string())
-                    .unwrap_or_default(),
-            )
-            .invoke_async(&mut con)
-            .await
-            .map_err(store_err)?;
+            .invoke(&self.scripts.ack, |i| {
+                i.arg(id).arg(token).arg(result).arg(
+                    self.done_retention_ms
+                        .map(|ms| ms.to_string())
+                        .unwrap_or_default(),
+                );
+            })
+            .await?;
         Ok(match out.first().map(String::as_str) {
             Some("1") if out.len() == 3 => AckOutcome::Done {
                 fence: parse(&out[1], "fence")?,
@@ -408,21 +409,17 @@ impl QueueStore for RedisStore {
         let error = cap_error(error);
         let errjson = serde_json::to_string(&error)
             .map_err(|e| Error::Store(format!("encode error: {e}")))?;
-        let mut con = self.con.clone();
         let out: Vec<String> = self
-            .scripts
-            .nack
-            .arg(&self.prefix)
-            .arg(id)
-            .arg(token)
-            .arg(errjson)
-            .arg(if error.retryable { "1" } else { "0" })
-            .arg(retry_at)
-            .arg(max_attempts)
-            .arg(now)
-            .invoke_async(&mut con)
-            .await
-            .map_err(store_err)?;
+            .invoke(&self.scripts.nack, |i| {
+                i.arg(id)
+                    .arg(token)
+                    .arg(errjson)
+                    .arg(if error.retryable { "1" } else { "0" })
+                    .arg(retry_at)
+                    .arg(max_attempts)
+                    .arg(now);
+            })
+            .await?;
         Ok(match out.first().map(String::as_str) {
             Some("dead") => Some(NackResponse::Dead),
             Some("retry") => Some(NackResponse::Retry {
@@ -433,16 +430,11 @@ impl QueueStore for RedisStore {
     }
 
     async fn release(&self, id: &str, token: &str, _now: u64) -> Result<bool> {
-        let mut con = self.con.clone();
         let n: i64 = self
-            .scripts
-            .release
-            .arg(&self.prefix)
-            .arg(id)
-            .arg(token)
-            .invoke_async(&mut con)
-            .await
-            .map_err(store_err)?;
+            .invoke(&self.scripts.release, |i| {
+                i.arg(id).arg(token);
+            })
+            .await?;
         Ok(n == 1)
     }
 
@@ -511,15 +503,11 @@ impl QueueStore for RedisStore {
     }
 
     async fn redrive(&self, id: &str, _now: u64) -> Result<bool> {
-        let mut con = self.con.clone();
         let n: i64 = self
-            .scripts
-            .redrive
-            .arg(&self.prefix)
-            .arg(id)
-            .invoke_async(&mut con)
-            .await
-            .map_err(store_err)?;
+            .invoke(&self.scripts.redrive, |i| {
+                i.arg(id);
+            })
+            .await?;
         Ok(n == 1)
     }
 
@@ -582,22 +570,18 @@ impl CacheStore for RedisStore {
         now: u64,
     ) -> Result<PutOutcome> {
         let px = entry.expires_at.saturating_sub(now) + GC_SLACK_MS;
-        let mut con = self.con.clone();
         let out: Vec<String> = self
-            .scripts
-            .cache_put
-            .arg(&self.prefix)
-            .arg(key)
-            .arg(&entry.model_id)
-            .arg(ternflow_core::codec::encode_vector(&entry.vector.0))
-            .arg(entry.fence)
-            .arg(entry.expires_at)
-            .arg(now)
-            .arg(px)
-            .arg(if by == Fenced::ByLock { "1" } else { "0" })
-            .invoke_async(&mut con)
-            .await
-            .map_err(store_err)?;
+            .invoke(&self.scripts.cache_put, |i| {
+                i.arg(key)
+                    .arg(&entry.model_id)
+                    .arg(ternflow_core::codec::encode_vector(&entry.vector.0))
+                    .arg(entry.fence)
+                    .arg(entry.expires_at)
+                    .arg(now)
+                    .arg(px)
+                    .arg(if by == Fenced::ByLock { "1" } else { "0" });
+            })
+            .await?;
         if out.first().map(String::as_str) == Some("u") {
             return Ok(PutOutcome::Unfenced);
         }
@@ -641,19 +625,15 @@ impl CacheStore for RedisStore {
 impl LockStore for RedisStore {
     async fn lock_acquire(&self, key: &str, ttl_ms: u64, now: u64) -> Result<LockOutcome> {
         let token = new_token();
-        let mut con = self.con.clone();
         let out: Vec<String> = self
-            .scripts
-            .lock_acquire
-            .arg(&self.prefix)
-            .arg(key)
-            .arg(&token)
-            .arg(now)
-            .arg(ttl_ms)
-            .arg(ttl_ms + GC_SLACK_MS)
-            .invoke_async(&mut con)
-            .await
-            .map_err(store_err)?;
+            .invoke(&self.scripts.lock_acquire, |i| {
+                i.arg(key)
+                    .arg(&token)
+                    .arg(now)
+                    .arg(ttl_ms)
+                    .arg(ttl_ms + GC_SLACK_MS);
+            })
+            .await?;
         match out.first().map(String::as_str) {
             Some("1") if out.len() == 3 => Ok(LockOutcome::Granted(LockGrant {
                 token,
@@ -674,19 +654,15 @@ impl LockStore for RedisStore {
         ttl_ms: u64,
         now: u64,
     ) -> Result<Option<LockGrant>> {
-        let mut con = self.con.clone();
         let out: Vec<String> = self
-            .scripts
-            .lock_renew
-            .arg(&self.prefix)
-            .arg(key)
-            .arg(token)
-            .arg(now)
-            .arg(ttl_ms)
-            .arg(ttl_ms + GC_SLACK_MS)
-            .invoke_async(&mut con)
-            .await
-            .map_err(store_err)?;
+            .invoke(&self.scripts.lock_renew, |i| {
+                i.arg(key)
+                    .arg(token)
+                    .arg(now)
+                    .arg(ttl_ms)
+                    .arg(ttl_ms + GC_SLACK_MS);
+            })
+            .await?;
         if out.len() != 2 {
             return Ok(None);
         }
@@ -698,16 +674,11 @@ impl LockStore for RedisStore {
     }
 
     async fn lock_release(&self, key: &str, token: &str) -> Result<bool> {
-        let mut con = self.con.clone();
         let n: i64 = self
-            .scripts
-            .lock_release
-            .arg(&self.prefix)
-            .arg(key)
-            .arg(token)
-            .invoke_async(&mut con)
-            .await
-            .map_err(store_err)?;
+            .invoke(&self.scripts.lock_release, |i| {
+                i.arg(key).arg(token);
+            })
+            .await?;
         Ok(n == 1)
     }
 }
@@ -718,19 +689,14 @@ impl EventBus for RedisStore {
         // `{"event":…,"data":…}` — the script splices the id in after the opening brace.
         let body = serde_json::to_string(&event)
             .map_err(|e| Error::Store(format!("encode event: {e}")))?;
-        let mut con = self.con.clone();
         let floor = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64 * 1_000)
             .unwrap_or(0);
-        self.scripts
-            .publish
-            .arg(&self.prefix)
-            .arg(body)
-            .arg(floor)
-            .invoke_async(&mut con)
-            .await
-            .map_err(store_err)
+        self.invoke(&self.scripts.publish, |i| {
+            i.arg(body).arg(floor);
+        })
+        .await
     }
 
     fn subscribe(&self) -> broadcast::Receiver<NumberedEvent> {
