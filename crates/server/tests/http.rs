@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use common::{call, call_raw, lock_fence, state_with, ADMIN, PRODUCER, WORKER};
+use common::{call, call_raw, lock_fence, state_with, Api, ADMIN, PRODUCER, WORKER};
 use serde_json::{json, Value};
 use ternflow_core::codec::encode_vector;
 use ternflow_server::{app, AppState, Config, Embedder, MemoryStore};
@@ -28,58 +28,44 @@ fn error_code(v: &Value) -> &str {
 async fn auth_and_roles() {
     let (state, _) = state_with(Config::default());
     let app = app(state);
-    let r = call(&app, "POST", "/v1/jobs", None, Some(json!({"text": "x"}))).await;
+    let api = Api(app.clone());
+    let r = api.post(None, "/v1/jobs", json!({"text": "x"})).await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
     assert_eq!(error_code(&r.json), "unauthorized");
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs",
-        Some("bogus"),
-        Some(json!({"text": "x"})),
-    )
-    .await;
+    let r = api
+        .post(Some("bogus"), "/v1/jobs", json!({"text": "x"}))
+        .await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs",
-        Some(WORKER),
-        Some(json!({"text": "x"})),
-    )
-    .await;
+    let r = api
+        .post(Some(WORKER), "/v1/jobs", json!({"text": "x"}))
+        .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
     assert_eq!(error_code(&r.json), "forbidden");
     let claim = json!({"worker": "w"});
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/claim",
-        Some(PRODUCER),
-        Some(claim.clone()),
-    )
-    .await;
+    let r = api
+        .post(Some(PRODUCER), "/v1/jobs/claim", claim.clone())
+        .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
-    let r = call(&app, "GET", "/v1/dlq", Some(WORKER), None).await;
+    let r = api.get(Some(WORKER), "/v1/dlq").await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
-    let r = call(&app, "GET", "/metrics", Some(PRODUCER), None).await;
+    let r = api.get(Some(PRODUCER), "/metrics").await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
     // Admin passes every gate.
-    let r = call(&app, "POST", "/v1/jobs/claim", Some(ADMIN), Some(claim)).await;
+    let r = api.post(Some(ADMIN), "/v1/jobs/claim", claim).await;
     assert_eq!(r.status, StatusCode::OK);
-    let r = call(&app, "GET", "/v1/dlq", Some(ADMIN), None).await;
+    let r = api.get(Some(ADMIN), "/v1/dlq").await;
     assert_eq!(r.status, StatusCode::OK);
     // `?token=` only on /v1/events.
-    let r = call(&app, "GET", &format!("/v1/dlq?token={ADMIN}"), None, None).await;
+    let r = api.get(None, &format!("/v1/dlq?token={ADMIN}")).await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
     // Public routes.
-    let r = call(&app, "GET", "/openapi.json", None, None).await;
+    let r = api.get(None, "/openapi.json").await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.json["openapi"], "3.0.3");
     let r = call(&app, "PATCH", "/v1/jobs", Some(ADMIN), None).await;
     assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(error_code(&r.json), "method_not_allowed");
-    let r = call(&app, "GET", "/nope", Some(ADMIN), None).await;
+    let r = api.get(Some(ADMIN), "/nope").await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert_eq!(error_code(&r.json), "not_found");
 }
@@ -88,9 +74,10 @@ async fn auth_and_roles() {
 async fn enqueue_dedups_and_done_stays_done() {
     let (state, _) = state_with(Config::default());
     let app = app(state);
+    let api = Api(app.clone());
     let batch =
         json!({"jobs": [{"text": "a"}, {"text": "b"}, {"text": "a"}, {"id": "x1", "text": "a"}]});
-    let r = call(&app, "POST", "/v1/jobs", Some(PRODUCER), Some(batch)).await;
+    let r = api.enqueue(batch).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let news: Vec<bool> = r.json["jobs"]
         .as_array()
@@ -101,14 +88,13 @@ async fn enqueue_dedups_and_done_stays_done() {
     assert_eq!(news, [true, true, false, true]);
     let id_a = r.json["jobs"][0]["id"].as_str().unwrap().to_owned();
     assert_eq!(id_a, ternflow_core::keys::job_id("00000000deadbeef", "a"));
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/claim",
-        Some(WORKER),
-        Some(json!({"worker": "w", "max": 10})),
-    )
-    .await;
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/jobs/claim",
+            json!({"worker": "w", "max": 10}),
+        )
+        .await;
     let jobs = r.json["jobs"].as_array().unwrap().clone();
     assert_eq!(jobs.len(), 3);
     for j in &jobs {
@@ -117,36 +103,17 @@ async fn enqueue_dedups_and_done_stays_done() {
         assert!(tp.starts_with("00-") && tp.len() == 55, "{tp}");
         let id = j["id"].as_str().unwrap();
         let tok = j["lease"]["token"].as_str().unwrap();
-        let r = call(
-            &app,
-            "POST",
-            &format!("/v1/jobs/{id}/ack"),
-            Some(WORKER),
-            Some(ack_body(tok)),
-        )
-        .await;
+        let r = api
+            .post(Some(WORKER), &format!("/v1/jobs/{id}/ack"), ack_body(tok))
+            .await;
         assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     }
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs",
-        Some(PRODUCER),
-        Some(json!({"text": "a"})),
-    )
-    .await;
+    let r = api.enqueue(json!({"text": "a"})).await;
     assert_eq!(r.json["jobs"][0]["new"], false);
-    let r = call(
-        &app,
-        "GET",
-        &format!("/v1/jobs/{id_a}"),
-        Some(PRODUCER),
-        None,
-    )
-    .await;
+    let r = api.get(Some(PRODUCER), &format!("/v1/jobs/{id_a}")).await;
     assert_eq!(r.json["state"], "done");
     assert_eq!(r.json["result"]["vector"], vector());
-    let r = call(&app, "GET", "/v1/jobs/unknown", Some(PRODUCER), None).await;
+    let r = api.get(Some(PRODUCER), "/v1/jobs/unknown").await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
 
@@ -157,115 +124,62 @@ async fn lease_expiry_redelivery_and_stale_tokens() {
         ..Config::default()
     });
     let app = app(state);
-    call(
-        &app,
-        "POST",
-        "/v1/jobs",
-        Some(PRODUCER),
-        Some(json!({"id": "j", "text": "t"})),
-    )
-    .await;
+    let api = Api(app.clone());
+    api.enqueue(json!({"id": "j", "text": "t"})).await;
     let claim = |w: &str| json!({"worker": w});
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/claim",
-        Some(WORKER),
-        Some(claim("w1")),
-    )
-    .await;
+    let r = api.post(Some(WORKER), "/v1/jobs/claim", claim("w1")).await;
     let first = r.json["jobs"][0].clone();
     let tok1 = first["lease"]["token"].as_str().unwrap().to_owned();
     assert_eq!(first["attempt"], 1);
     // Heartbeat extends.
     clock.advance(9_000);
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/j/heartbeat",
-        Some(WORKER),
-        Some(json!({"token": tok1})),
-    )
-    .await;
+    let r = api
+        .post(Some(WORKER), "/v1/jobs/j/heartbeat", json!({"token": tok1}))
+        .await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.json["lease"]["expires_at"], 1_000_000 + 9_000 + 10_000);
     clock.advance(9_000);
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/claim",
-        Some(WORKER),
-        Some(claim("w2")),
-    )
-    .await;
+    let r = api.post(Some(WORKER), "/v1/jobs/claim", claim("w2")).await;
     assert_eq!(r.json["jobs"].as_array().unwrap().len(), 0, "still leased");
     // Expired: re-delivered to w2 with a new token and fence.
     clock.advance(1_001);
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/claim",
-        Some(WORKER),
-        Some(claim("w2")),
-    )
-    .await;
+    let r = api.post(Some(WORKER), "/v1/jobs/claim", claim("w2")).await;
     let second = r.json["jobs"][0].clone();
     assert_eq!(second["attempt"], 2);
     assert!(second["lease"]["fence"].as_u64() > first["lease"]["fence"].as_u64());
     // The first holder lost it.
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/j/heartbeat",
-        Some(WORKER),
-        Some(json!({"token": tok1})),
-    )
-    .await;
+    let r = api
+        .post(Some(WORKER), "/v1/jobs/j/heartbeat", json!({"token": tok1}))
+        .await;
     assert_eq!(r.status, StatusCode::CONFLICT);
     assert_eq!(error_code(&r.json), "lease_lost");
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/j/ack",
-        Some(WORKER),
-        Some(ack_body(&tok1)),
-    )
-    .await;
+    let r = api
+        .post(Some(WORKER), "/v1/jobs/j/ack", ack_body(&tok1))
+        .await;
     assert_eq!(r.status, StatusCode::CONFLICT);
     let tok2 = second["lease"]["token"].as_str().unwrap();
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/j/ack",
-        Some(WORKER),
-        Some(ack_body(tok2)),
-    )
-    .await;
+    let r = api
+        .post(Some(WORKER), "/v1/jobs/j/ack", ack_body(tok2))
+        .await;
     assert_eq!(
         (r.status, r.json["first"].clone()),
         (StatusCode::OK, json!(true))
     );
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/j/ack",
-        Some(WORKER),
-        Some(ack_body(tok2)),
-    )
-    .await;
+    let r = api
+        .post(Some(WORKER), "/v1/jobs/j/ack", ack_body(tok2))
+        .await;
     assert_eq!(
         (r.status, r.json["first"].clone()),
         (StatusCode::OK, json!(false)),
         "idempotent"
     );
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/nope/heartbeat",
-        Some(WORKER),
-        Some(json!({"token": "t"})),
-    )
-    .await;
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/jobs/nope/heartbeat",
+            json!({"token": "t"}),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
 
@@ -276,37 +190,20 @@ async fn nack_backoff_dead_letter_and_redrive() {
         ..Config::default()
     });
     let app = app(state);
-    call(
-        &app,
-        "POST",
-        "/v1/jobs",
-        Some(PRODUCER),
-        Some(json!({"id": "j", "text": "t", "meta": {"k": 1}})),
-    )
-    .await;
+    let api = Api(app.clone());
+    api.enqueue(json!({"id": "j", "text": "t", "meta": {"k": 1}}))
+        .await;
     let claim = json!({"worker": "w"});
     let nack =
         |tok: &str| json!({"token": tok, "error": {"code": "engine_failed", "message": "boom"}});
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/claim",
-        Some(WORKER),
-        Some(claim.clone()),
-    )
-    .await;
+    let r = api
+        .post(Some(WORKER), "/v1/jobs/claim", claim.clone())
+        .await;
     let tok = r.json["jobs"][0]["lease"]["token"]
         .as_str()
         .unwrap()
         .to_owned();
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/j/nack",
-        Some(WORKER),
-        Some(nack(&tok)),
-    )
-    .await;
+    let r = api.post(Some(WORKER), "/v1/jobs/j/nack", nack(&tok)).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.json["outcome"], "retry");
     let at = r.json["available_at"].as_u64().unwrap();
@@ -314,64 +211,40 @@ async fn nack_backoff_dead_letter_and_redrive() {
         (1_000_500..=1_001_000).contains(&at),
         "first backoff 0.5–1 s, got {at}"
     );
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/claim",
-        Some(WORKER),
-        Some(claim.clone()),
-    )
-    .await;
+    let r = api
+        .post(Some(WORKER), "/v1/jobs/claim", claim.clone())
+        .await;
     assert!(
         r.json["jobs"].as_array().unwrap().is_empty(),
         "not during the backoff"
     );
     clock.advance(1_000);
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/claim",
-        Some(WORKER),
-        Some(claim.clone()),
-    )
-    .await;
+    let r = api
+        .post(Some(WORKER), "/v1/jobs/claim", claim.clone())
+        .await;
     assert_eq!(r.json["jobs"][0]["attempt"], 2);
     let tok = r.json["jobs"][0]["lease"]["token"]
         .as_str()
         .unwrap()
         .to_owned();
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/j/nack",
-        Some(WORKER),
-        Some(nack(&tok)),
-    )
-    .await;
+    let r = api.post(Some(WORKER), "/v1/jobs/j/nack", nack(&tok)).await;
     assert_eq!(r.json["outcome"], "dead");
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/j/nack",
-        Some(WORKER),
-        Some(nack(&tok)),
-    )
-    .await;
+    let r = api.post(Some(WORKER), "/v1/jobs/j/nack", nack(&tok)).await;
     assert_eq!(r.status, StatusCode::CONFLICT);
-    let r = call(&app, "GET", "/v1/dlq", Some(ADMIN), None).await;
+    let r = api.get(Some(ADMIN), "/v1/dlq").await;
     let e = &r.json["entries"][0];
     assert_eq!(e["job"]["id"], "j");
     assert_eq!(e["job"]["meta"], json!({"k": 1}));
     assert_eq!(e["error"]["code"], "engine_failed");
     assert_eq!(e["history"].as_array().unwrap().len(), 2);
-    let r = call(&app, "GET", "/v1/jobs/j", Some(WORKER), None).await;
+    let r = api.get(Some(WORKER), "/v1/jobs/j").await;
     assert_eq!(r.json["state"], "dead");
-    let r = call(&app, "POST", "/v1/dlq/j/redrive", Some(ADMIN), None).await;
+    let r = api.post_empty(Some(ADMIN), "/v1/dlq/j/redrive").await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.json["state"], "queued");
-    let r = call(&app, "POST", "/v1/dlq/j/redrive", Some(ADMIN), None).await;
+    let r = api.post_empty(Some(ADMIN), "/v1/dlq/j/redrive").await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
-    let r = call(&app, "POST", "/v1/jobs/claim", Some(WORKER), Some(claim)).await;
+    let r = api.post(Some(WORKER), "/v1/jobs/claim", claim).await;
     assert_eq!(r.json["jobs"][0]["attempt"], 1);
 }
 
@@ -379,33 +252,24 @@ async fn nack_backoff_dead_letter_and_redrive() {
 async fn cache_fences_and_invalidation() {
     let (state, clock) = state_with(Config::default());
     let app = app(state);
+    let api = Api(app.clone());
     let model = "00000000deadbeef";
     let key = ternflow_core::keys::cache_key(model, "some text");
     let key = key.as_str();
     let put = |fence: u64| json!({"model_id": model, "vector": vector(), "fence": fence, "ttl_ms": 10_000});
-    let r = call(&app, "GET", &format!("/v1/cache/{key}"), Some(WORKER), None).await;
+    let r = api.get(Some(WORKER), &format!("/v1/cache/{key}")).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     // A fence the server never issued for this key (here the largest u64) is refused, so it
     // cannot lock honest writers out for the entry's TTL.
-    let r = call(
-        &app,
-        "PUT",
-        &format!("/v1/cache/{key}"),
-        Some(WORKER),
-        Some(put(u64::MAX)),
-    )
-    .await;
+    let r = api
+        .put(Some(WORKER), &format!("/v1/cache/{key}"), put(u64::MAX))
+        .await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
     assert_eq!(error_code(&r.json), "bad_fence");
     let lock = lock_fence(&app, key).await;
-    let r = call(
-        &app,
-        "PUT",
-        &format!("/v1/cache/{key}"),
-        Some(WORKER),
-        Some(put(lock)),
-    )
-    .await;
+    let r = api
+        .put(Some(WORKER), &format!("/v1/cache/{key}"), put(lock))
+        .await;
     assert_eq!(
         r.status,
         StatusCode::CREATED,
@@ -418,98 +282,55 @@ async fn cache_fences_and_invalidation() {
         "ttl ± 10 % jitter: {exp}"
     );
     // A job lease on the same text (a newer fence) writes through its ack...
-    call(
-        &app,
-        "POST",
-        "/v1/jobs",
-        Some(PRODUCER),
-        Some(json!({"jobs": [{"id": "j", "text": "some text", "model_id": model}]})),
-    )
-    .await;
-    let c = call(
-        &app,
-        "POST",
-        "/v1/jobs/claim",
-        Some(WORKER),
-        Some(json!({"worker": "w", "max": 1})),
-    )
-    .await;
+    api.enqueue(json!({"jobs": [{"id": "j", "text": "some text", "model_id": model}]}))
+        .await;
+    let c = api
+        .post(
+            Some(WORKER),
+            "/v1/jobs/claim",
+            json!({"worker": "w", "max": 1}),
+        )
+        .await;
     let lease = c.json["jobs"][0]["lease"].clone();
     let newer = lease["fence"].as_u64().unwrap();
     assert!(newer > lock);
     let mut body = ack_body(lease["token"].as_str().unwrap());
     body["cache"] = json!({"key": key, "fence": 0, "ttl_ms": 10_000});
-    let r = call(&app, "POST", "/v1/jobs/j/ack", Some(WORKER), Some(body)).await;
+    let r = api.post(Some(WORKER), "/v1/jobs/j/ack", body).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     // ...so the lock holder, still live, now holds an older fence.
-    let r = call(
-        &app,
-        "PUT",
-        &format!("/v1/cache/{key}"),
-        Some(WORKER),
-        Some(put(lock)),
-    )
-    .await;
+    let r = api
+        .put(Some(WORKER), &format!("/v1/cache/{key}"), put(lock))
+        .await;
     assert_eq!(r.status, StatusCode::CONFLICT);
     assert_eq!(error_code(&r.json), "stale_fence");
     assert_eq!(
         r.json["entry"]["fence"], newer,
         "the body carries the stored entry, fenced with the lease's fence (not the body's 0)"
     );
-    let r = call(&app, "GET", &format!("/v1/cache/{key}"), Some(WORKER), None).await;
+    let r = api.get(Some(WORKER), &format!("/v1/cache/{key}")).await;
     assert_eq!(
         (r.status, r.json["fence"].clone()),
         (StatusCode::OK, json!(newer))
     );
     let bad = json!({"model_id": "ffffffffffffffff", "vector": vector(), "fence": lock});
-    let r = call(
-        &app,
-        "PUT",
-        &format!("/v1/cache/{key}"),
-        Some(WORKER),
-        Some(bad),
-    )
-    .await;
+    let r = api
+        .put(Some(WORKER), &format!("/v1/cache/{key}"), bad)
+        .await;
     assert_eq!(error_code(&r.json), "model_mismatch");
-    let r = call(
-        &app,
-        "PUT",
-        "/v1/cache/bad%20key",
-        Some(WORKER),
-        Some(put(1)),
-    )
-    .await;
+    let r = api.put(Some(WORKER), "/v1/cache/bad%20key", put(1)).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     clock.advance(40_000);
-    let r = call(&app, "GET", &format!("/v1/cache/{key}"), Some(WORKER), None).await;
+    let r = api.get(Some(WORKER), &format!("/v1/cache/{key}")).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND, "expired");
     let fresh = lock_fence(&app, key).await;
-    let r = call(
-        &app,
-        "PUT",
-        &format!("/v1/cache/{key}"),
-        Some(WORKER),
-        Some(put(fresh)),
-    )
-    .await;
+    let r = api
+        .put(Some(WORKER), &format!("/v1/cache/{key}"), put(fresh))
+        .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
-    let r = call(
-        &app,
-        "DELETE",
-        &format!("/v1/cache/{key}"),
-        Some(WORKER),
-        None,
-    )
-    .await;
+    let r = api.delete(Some(WORKER), &format!("/v1/cache/{key}")).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
-    let r = call(
-        &app,
-        "DELETE",
-        &format!("/v1/cache/{key}"),
-        Some(WORKER),
-        None,
-    )
-    .await;
+    let r = api.delete(Some(WORKER), &format!("/v1/cache/{key}")).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
 
@@ -517,14 +338,10 @@ async fn cache_fences_and_invalidation() {
 async fn lock_contention_and_compare_and_delete() {
     let (state, clock) = state_with(Config::default());
     let app = app(state);
-    let r = call(
-        &app,
-        "POST",
-        "/v1/locks/k1",
-        Some(WORKER),
-        Some(json!({"ttl_ms": 5_000})),
-    )
-    .await;
+    let api = Api(app.clone());
+    let r = api
+        .post(Some(WORKER), "/v1/locks/k1", json!({"ttl_ms": 5_000}))
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let g1 = r.json.clone();
     let r = call_raw(&app, "POST", "/v1/locks/k1", Some(WORKER), None, Vec::new()).await;
@@ -532,39 +349,28 @@ async fn lock_contention_and_compare_and_delete() {
     assert_eq!(error_code(&r.json), "lock_held");
     assert_eq!(r.headers["retry-after"], "5");
     let tok1 = g1["token"].as_str().unwrap();
-    let r = call(
-        &app,
-        "POST",
-        "/v1/locks/k1/renew",
-        Some(WORKER),
-        Some(json!({"token": tok1, "ttl_ms": 8_000})),
-    )
-    .await;
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/locks/k1/renew",
+            json!({"token": tok1, "ttl_ms": 8_000}),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.json["fence"], g1["fence"]);
-    let r = call(
-        &app,
-        "DELETE",
-        "/v1/locks/k1",
-        Some(WORKER),
-        Some(json!({"token": "nope"})),
-    )
-    .await;
+    let r = api
+        .delete_with(Some(WORKER), "/v1/locks/k1", json!({"token": "nope"}))
+        .await;
     assert_eq!(r.status, StatusCode::CONFLICT, "compare-and-delete");
-    let r = call(
-        &app,
-        "DELETE",
-        "/v1/locks/k1",
-        Some(WORKER),
-        Some(json!({"token": tok1})),
-    )
-    .await;
+    let r = api
+        .delete_with(Some(WORKER), "/v1/locks/k1", json!({"token": tok1}))
+        .await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
-    let r = call(&app, "POST", "/v1/locks/k1", Some(WORKER), None).await;
+    let r = api.post_empty(Some(WORKER), "/v1/locks/k1").await;
     assert!(r.json["fence"].as_u64() > g1["fence"].as_u64());
     // Let it leak: expire without release.
     clock.advance(60_000);
-    let r = call(&app, "GET", "/metrics", Some(ADMIN), None).await;
+    let r = api.get(Some(ADMIN), "/metrics").await;
     assert!(
         r.text.contains("ternflow_lock_leaked_total 1\n"),
         "{}",
@@ -581,12 +387,13 @@ async fn limits_and_malformed_bodies() {
         ..Config::default()
     });
     let app = app(state);
+    let api = Api(app.clone());
     let big = json!({"text": "x".repeat(10_000)});
-    let r = call(&app, "POST", "/v1/jobs", Some(PRODUCER), Some(big)).await;
+    let r = api.enqueue(big).await;
     assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(error_code(&r.json), "too_large");
     let long = json!({"text": "x".repeat(200)});
-    let r = call(&app, "POST", "/v1/jobs", Some(PRODUCER), Some(long)).await;
+    let r = api.enqueue(long).await;
     assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(error_code(&r.json), "text_too_long");
     let r = call_raw(
@@ -611,45 +418,29 @@ async fn limits_and_malformed_bodies() {
     .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(error_code(&r.json), "bad_content_type");
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs",
-        Some(PRODUCER),
-        Some(json!({"jobs": []})),
-    )
-    .await;
+    let r = api.enqueue(json!({"jobs": []})).await;
     assert_eq!(error_code(&r.json), "empty_batch");
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs",
-        Some(PRODUCER),
-        Some(json!({"text": "x", "priority": 5000})),
-    )
-    .await;
+    let r = api.enqueue(json!({"text": "x", "priority": 5000})).await;
     assert_eq!(error_code(&r.json), "bad_priority");
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/claim",
-        Some(WORKER),
-        Some(json!({"worker": "w", "max": 0})),
-    )
-    .await;
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/jobs/claim",
+            json!({"worker": "w", "max": 0}),
+        )
+        .await;
     assert_eq!(error_code(&r.json), "bad_max");
     let bad_vec =
         json!({"token": "t", "result": {"model_id": "m", "vector": "!!", "source": "engine"}});
-    let r = call(&app, "POST", "/v1/jobs/j/ack", Some(WORKER), Some(bad_vec)).await;
+    let r = api.post(Some(WORKER), "/v1/jobs/j/ack", bad_vec).await;
     assert_eq!(error_code(&r.json), "bad_json");
-    let r = call(
-        &app,
-        "POST",
-        "/v1/embed",
-        Some(WORKER),
-        Some(json!({"texts": ["x".repeat(200)]})),
-    )
-    .await;
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/embed",
+            json!({"texts": ["x".repeat(200)]}),
+        )
+        .await;
     assert_eq!(error_code(&r.json), "text_too_long");
 }
 
@@ -657,14 +448,10 @@ async fn limits_and_malformed_bodies() {
 async fn embed_batches_and_reports_model() {
     let (state, _) = state_with(Config::default());
     let app = app(state);
-    let r = call(
-        &app,
-        "POST",
-        "/v1/embed",
-        Some(WORKER),
-        Some(json!({"texts": ["a", "b", "a"]})),
-    )
-    .await;
+    let api = Api(app.clone());
+    let r = api
+        .post(Some(WORKER), "/v1/embed", json!({"texts": ["a", "b", "a"]}))
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.json["model_id"], "00000000deadbeef");
     let v = r.json["vectors"].as_array().unwrap();
@@ -674,14 +461,9 @@ async fn embed_batches_and_reports_model() {
     let decoded = ternflow_core::codec::decode_vector(v[0].as_str().unwrap()).unwrap();
     let norm: f32 = decoded.iter().map(|x| x * x).sum();
     assert!((norm - 1.0).abs() < 1e-4);
-    let r = call(
-        &app,
-        "POST",
-        "/v1/embed",
-        Some(WORKER),
-        Some(json!({"texts": []})),
-    )
-    .await;
+    let r = api
+        .post(Some(WORKER), "/v1/embed", json!({"texts": []}))
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
 }
 
@@ -714,15 +496,10 @@ async fn embed_queue_full_is_429_with_retry_after() {
     let mut tasks = Vec::new();
     for _ in 0..6 {
         let app = app.clone();
+        let api = Api(app.clone());
         tasks.push(tokio::spawn(async move {
-            call(
-                &app,
-                "POST",
-                "/v1/embed",
-                Some(WORKER),
-                Some(json!({"texts": ["x"]})),
-            )
-            .await
+            api.post(Some(WORKER), "/v1/embed", json!({"texts": ["x"]}))
+                .await
         }));
     }
     let mut ok = 0;
@@ -768,6 +545,7 @@ async fn long_poll_claim_is_woken_by_enqueue() {
         Config::default(),
     );
     let app = app(state);
+    let api = Api(app.clone());
     let a = app.clone();
     let started = std::time::Instant::now();
     let waiter = tokio::spawn(async move {
@@ -781,14 +559,7 @@ async fn long_poll_claim_is_woken_by_enqueue() {
         .await
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    call(
-        &app,
-        "POST",
-        "/v1/jobs",
-        Some(PRODUCER),
-        Some(json!({"text": "wake"})),
-    )
-    .await;
+    api.enqueue(json!({"text": "wake"})).await;
     let r = waiter.await.unwrap();
     assert_eq!(r.json["jobs"][0]["text"], "wake");
     assert!(
@@ -797,14 +568,13 @@ async fn long_poll_claim_is_woken_by_enqueue() {
     );
     // An empty queue answers after wait_ms.
     let started = std::time::Instant::now();
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/claim",
-        Some(WORKER),
-        Some(json!({"worker": "w", "wait_ms": 300})),
-    )
-    .await;
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/jobs/claim",
+            json!({"worker": "w", "wait_ms": 300}),
+        )
+        .await;
     assert!(r.json["jobs"].as_array().unwrap().is_empty());
     assert!(started.elapsed() >= Duration::from_millis(300));
 }
@@ -817,6 +587,7 @@ async fn cors_allow_list_and_corp() {
         ..Config::default()
     });
     let app = app(state);
+    let api = Api(app.clone());
     for (origin, allowed) in [
         ("https://app.example", true),
         ("http://127.0.0.1:43817", true),
@@ -840,9 +611,9 @@ async fn cors_allow_list_and_corp() {
             assert_eq!(acao.unwrap(), origin);
         }
     }
-    let r = call(&app, "GET", "/v1/stats", Some(ADMIN), None).await;
+    let r = api.get(Some(ADMIN), "/v1/stats").await;
     assert_eq!(r.headers["cross-origin-resource-policy"], "cross-origin");
-    let r = call(&app, "GET", "/v1/stats", None, None).await;
+    let r = api.get(None, "/v1/stats").await;
     assert_eq!(
         r.headers["cross-origin-resource-policy"], "cross-origin",
         "errors too"
@@ -853,22 +624,16 @@ async fn cors_allow_list_and_corp() {
 async fn metrics_stats_and_worker_snapshots() {
     let (state, _) = state_with(Config::default());
     let app = app(state);
-    call(
-        &app,
-        "POST",
-        "/v1/jobs",
-        Some(PRODUCER),
-        Some(json!({"text": "a"})),
-    )
-    .await;
+    let api = Api(app.clone());
+    api.enqueue(json!({"text": "a"})).await;
     let snap = json!({"worker": "w1", "counters": {"jobs_done": 3, "cache_hits_local": 2}, "gauges": {"in_flight": 1.0}});
-    let r = call(&app, "POST", "/v1/metrics", Some(WORKER), Some(snap)).await;
+    let r = api.post(Some(WORKER), "/v1/metrics", snap).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
-    let r = call(&app, "GET", "/v1/stats", Some(ADMIN), None).await;
+    let r = api.get(Some(ADMIN), "/v1/stats").await;
     assert_eq!(r.json["queue"]["ready"], 1);
     assert_eq!(r.json["counters"]["jobs_enqueued"], 1);
     assert_eq!(r.json["workers"]["w1"]["counters"]["jobs_done"], 3);
-    let r = call(&app, "GET", "/metrics", Some(ADMIN), None).await;
+    let r = api.get(Some(ADMIN), "/metrics").await;
     assert_eq!(
         r.headers["content-type"],
         "text/plain; version=0.0.4; charset=utf-8"
@@ -938,14 +703,14 @@ async fn embed_with_the_real_engine() {
     )
     .with_embedder(Arc::new(embedder));
     let app = app(state);
-    let r = call(
-        &app,
-        "POST",
-        "/v1/embed",
-        Some(WORKER),
-        Some(json!({"texts": ["Hello, world!", "ternary weights"]})),
-    )
-    .await;
+    let api = Api(app.clone());
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/embed",
+            json!({"texts": ["Hello, world!", "ternary weights"]}),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.json["model_id"], model_id.as_str());
     for (i, text) in ["Hello, world!", "ternary weights"].iter().enumerate() {
@@ -954,14 +719,7 @@ async fn embed_with_the_real_engine() {
         assert_eq!(got, reference.embed(text), "{text}");
     }
     // Jobs without a model_id get the server's, and their ids hash it.
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs",
-        Some(PRODUCER),
-        Some(json!({"text": "x"})),
-    )
-    .await;
+    let r = api.enqueue(json!({"text": "x"})).await;
     assert_eq!(
         r.json["jobs"][0]["id"],
         ternflow_core::keys::job_id(&model_id, "x")
@@ -988,7 +746,8 @@ async fn model_file_is_served_with_its_id() {
     .with_embedder(Arc::new(embedder))
     .with_model_file(file.clone());
     let app = app(state);
-    let r = call(&app, "GET", "/v1/model", None, None).await;
+    let api = Api(app.clone());
+    let r = api.get(None, "/v1/model").await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.headers["x-ternflow-model-id"], model_id.as_str());
     let etag = r.headers["etag"].to_str().unwrap().to_owned();
@@ -1009,23 +768,17 @@ async fn model_file_is_served_with_its_id() {
 async fn ack_can_carry_the_cache_write_through() {
     let (state, _) = state_with(Config::default());
     let app = app(state);
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs",
-        Some(PRODUCER),
-        Some(json!({"jobs": [{"id": "a", "text": "x", "model_id": "00000000deadbeef"}, {"id": "b", "text": "y", "model_id": "00000000deadbeef"}]})),
-    )
+    let api = Api(app.clone());
+    let r = api.enqueue(json!({"jobs": [{"id": "a", "text": "x", "model_id": "00000000deadbeef"}, {"id": "b", "text": "y", "model_id": "00000000deadbeef"}]}))
     .await;
     assert_eq!(r.json["jobs"].as_array().unwrap().len(), 2);
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/claim",
-        Some(WORKER),
-        Some(json!({"worker": "w", "max": 2})),
-    )
-    .await;
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/jobs/claim",
+            json!({"worker": "w", "max": 2}),
+        )
+        .await;
     let jobs = r.json["jobs"].as_array().unwrap().clone();
     let lease = |id: &str| {
         let j = jobs.iter().find(|j| j["id"] == id).unwrap();
@@ -1040,11 +793,11 @@ async fn ack_can_carry_the_cache_write_through() {
     let (tok_b, fence_b) = lease("b");
     let mut bad = ack_body(&tok_b);
     bad["cache"] = json!({"key": "other:k", "fence": fence_b});
-    let r = call(&app, "POST", "/v1/jobs/b/ack", Some(WORKER), Some(bad)).await;
+    let r = api.post(Some(WORKER), "/v1/jobs/b/ack", bad).await;
     assert_eq!(r.status, StatusCode::OK);
-    let r = call(&app, "GET", "/v1/jobs/b", Some(WORKER), None).await;
+    let r = api.get(Some(WORKER), "/v1/jobs/b").await;
     assert_eq!(r.json["state"], "done");
-    let r = call(&app, "GET", "/v1/cache/other:k", Some(WORKER), None).await;
+    let r = api.get(Some(WORKER), "/v1/cache/other:k").await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 
     // A good one stores the result under the text's key with the lease's fence from the store,
@@ -1053,9 +806,9 @@ async fn ack_can_carry_the_cache_write_through() {
     let ka = ternflow_core::keys::cache_key("00000000deadbeef", "x");
     let mut body = ack_body(&tok_a);
     body["cache"] = json!({"key": ka, "fence": u64::MAX, "ttl_ms": 60000});
-    let r = call(&app, "POST", "/v1/jobs/a/ack", Some(WORKER), Some(body)).await;
+    let r = api.post(Some(WORKER), "/v1/jobs/a/ack", body).await;
     assert_eq!(r.status, StatusCode::OK);
-    let r = call(&app, "GET", &format!("/v1/cache/{ka}"), Some(WORKER), None).await;
+    let r = api.get(Some(WORKER), &format!("/v1/cache/{ka}")).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.json["fence"], fence_a);
     assert_eq!(r.json["vector"], vector());
@@ -1066,34 +819,27 @@ async fn ack_can_carry_the_cache_write_through() {
 async fn claims_carry_the_cache_entry_of_the_text() {
     let (state, _) = state_with(Config::default());
     let app = app(state);
+    let api = Api(app.clone());
     let model = "00000000deadbeef";
     let key = ternflow_core::keys::cache_key(model, "cached text");
     let fence = lock_fence(&app, &key).await;
-    let r = call(
-        &app,
-        "PUT",
-        &format!("/v1/cache/{key}"),
-        Some(WORKER),
-        Some(json!({"model_id": model, "vector": vector(), "fence": fence})),
-    )
-    .await;
+    let r = api
+        .put(
+            Some(WORKER),
+            &format!("/v1/cache/{key}"),
+            json!({"model_id": model, "vector": vector(), "fence": fence}),
+        )
+        .await;
     assert!(r.status.is_success(), "{:?}", r.json);
-    call(
-        &app,
-        "POST",
-        "/v1/jobs",
-        Some(PRODUCER),
-        Some(json!({"jobs": [{"text": "cached text", "model_id": model}, {"text": "fresh text", "model_id": model}]})),
-    )
+    api.enqueue(json!({"jobs": [{"text": "cached text", "model_id": model}, {"text": "fresh text", "model_id": model}]}))
     .await;
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/claim",
-        Some(WORKER),
-        Some(json!({"worker": "w", "max": 2})),
-    )
-    .await;
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/jobs/claim",
+            json!({"worker": "w", "max": 2}),
+        )
+        .await;
     let jobs = r.json["jobs"].as_array().unwrap();
     assert_eq!(jobs.len(), 2);
     for j in jobs {
@@ -1111,14 +857,9 @@ async fn claims_carry_the_cache_entry_of_the_text() {
 async fn jobs_get_their_own_trace_unless_the_producer_sends_one() {
     let (state, _) = state_with(Config::default());
     let app = app(state);
-    call(
-        &app,
-        "POST",
-        "/v1/jobs",
-        Some(PRODUCER),
-        Some(json!({"jobs": [{"text": "t1"}, {"text": "t2"}]})),
-    )
-    .await;
+    let api = Api(app.clone());
+    api.enqueue(json!({"jobs": [{"text": "t1"}, {"text": "t2"}]}))
+        .await;
     let req = axum::http::Request::builder()
         .method("POST")
         .uri("/v1/jobs")
@@ -1134,14 +875,13 @@ async fn jobs_get_their_own_trace_unless_the_producer_sends_one() {
         .unwrap();
     let resp = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap();
     assert!(resp.status().is_success());
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/claim",
-        Some(WORKER),
-        Some(json!({"worker": "w", "max": 4})),
-    )
-    .await;
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/jobs/claim",
+            json!({"worker": "w", "max": 4}),
+        )
+        .await;
     let trace = |text: &str| {
         let j = r.json["jobs"]
             .as_array()
@@ -1351,11 +1091,12 @@ async fn a_token_over_its_rate_gets_429_with_retry_after() {
         ..Config::default()
     });
     let app = app(state);
+    let api = Api(app.clone());
     for _ in 0..5 {
-        let r = call(&app, "GET", "/v1/jobs/none", Some(WORKER), None).await;
+        let r = api.get(Some(WORKER), "/v1/jobs/none").await;
         assert_eq!(r.status, StatusCode::NOT_FOUND);
     }
-    let r = call(&app, "GET", "/v1/jobs/none", Some(WORKER), None).await;
+    let r = api.get(Some(WORKER), "/v1/jobs/none").await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(error_code(&r.json), "too_many_requests");
     assert!(
@@ -1367,7 +1108,7 @@ async fn a_token_over_its_rate_gets_429_with_retry_after() {
             >= 1
     );
     // Another token has its own bucket.
-    let r = call(&app, "GET", "/v1/jobs/none", Some(PRODUCER), None).await;
+    let r = api.get(Some(PRODUCER), "/v1/jobs/none").await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
 
@@ -1375,18 +1116,18 @@ async fn a_token_over_its_rate_gets_429_with_retry_after() {
 async fn the_1001st_worker_reports_metrics() {
     let (state, _) = state_with(Config::default());
     let app = app(state);
+    let api = Api(app.clone());
     for i in 0..1_001 {
-        let r = call(
-            &app,
-            "POST",
-            "/v1/metrics",
-            Some(WORKER),
-            Some(json!({"worker": format!("w{i}"), "counters": {"jobs_done": i}})),
-        )
-        .await;
+        let r = api
+            .post(
+                Some(WORKER),
+                "/v1/metrics",
+                json!({"worker": format!("w{i}"), "counters": {"jobs_done": i}}),
+            )
+            .await;
         assert_eq!(r.status, StatusCode::NO_CONTENT, "worker {i}: {}", r.text);
     }
-    let r = call(&app, "GET", "/v1/stats", Some(ADMIN), None).await;
+    let r = api.get(Some(ADMIN), "/v1/stats").await;
     let workers = r.json["workers"].as_object().unwrap();
     assert_eq!(workers.len(), 1_000, "bounded");
     assert!(workers.contains_key("w1000"), "the newest is kept");
@@ -1396,26 +1137,19 @@ async fn the_1001st_worker_reports_metrics() {
 async fn a_batch_ack_answers_each_job_on_its_own() {
     let (state, _) = state_with(Config::default());
     let app = app(state);
+    let api = Api(app.clone());
     let model = "00000000deadbeef";
     let jobs: Vec<Value> = (0..3)
         .map(|i| json!({"id": format!("b{i}"), "text": format!("text {i}"), "model_id": model}))
         .collect();
-    call(
-        &app,
-        "POST",
-        "/v1/jobs",
-        Some(PRODUCER),
-        Some(json!({ "jobs": jobs })),
-    )
-    .await;
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/claim",
-        Some(WORKER),
-        Some(json!({"worker": "w", "max": 3})),
-    )
-    .await;
+    api.enqueue(json!({ "jobs": jobs })).await;
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/jobs/claim",
+            json!({"worker": "w", "max": 3}),
+        )
+        .await;
     let claimed = r.json["jobs"].as_array().unwrap().clone();
     let token = |id: &str| {
         claimed.iter().find(|j| j["id"] == id).unwrap()["lease"]["token"]
@@ -1440,14 +1174,7 @@ async fn a_batch_ack_answers_each_job_on_its_own() {
         empty,
         good("nope", "t"),
     ]});
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/ack",
-        Some(WORKER),
-        Some(body.clone()),
-    )
-    .await;
+    let r = api.post(Some(WORKER), "/v1/jobs/ack", body.clone()).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let outcomes: Vec<(&str, &str)> = r.json["results"]
         .as_array()
@@ -1468,23 +1195,19 @@ async fn a_batch_ack_answers_each_job_on_its_own() {
     // The lost and refused ones changed nothing; the good one wrote through with its lease.
     let st = |id: &'static str| {
         let app = app.clone();
-        async move {
-            call(&app, "GET", &format!("/v1/jobs/{id}"), Some(WORKER), None)
-                .await
-                .json["state"]
-                .clone()
-        }
+        let api = Api(app.clone());
+        async move { api.get(Some(WORKER), &format!("/v1/jobs/{id}")).await.json["state"].clone() }
     };
     assert_eq!(st("b0").await, "done");
     assert_eq!(st("b1").await, "leased");
     assert_eq!(st("b2").await, "leased");
     let key = ternflow_core::keys::cache_key(model, "text 0");
-    let r = call(&app, "GET", &format!("/v1/cache/{key}"), Some(WORKER), None).await;
+    let r = api.get(Some(WORKER), &format!("/v1/cache/{key}")).await;
     assert_eq!(r.status, StatusCode::OK, "write-through of the batch");
     // The same batch again: the done one is a repeat (idempotent), nothing acked twice.
-    let r = call(&app, "POST", "/v1/jobs/ack", Some(WORKER), Some(body)).await;
+    let r = api.post(Some(WORKER), "/v1/jobs/ack", body).await;
     assert_eq!(r.json["results"][0]["outcome"], "repeated");
-    let r = call(&app, "GET", "/v1/stats", Some(ADMIN), None).await;
+    let r = api.get(Some(ADMIN), "/v1/stats").await;
     assert_eq!(r.json["counters"]["jobs_acked"], 1);
 }
 
@@ -1497,25 +1220,18 @@ async fn a_model_less_job_is_embedded_with_the_claiming_workers_model() {
         Config::default(),
     );
     let app = app(state);
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs",
-        Some(PRODUCER),
-        Some(json!({"text": "no model named"})),
-    )
-    .await;
+    let api = Api(app.clone());
+    let r = api.enqueue(json!({"text": "no model named"})).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let id = r.json["jobs"][0]["id"].as_str().unwrap().to_owned();
     let worker_model = "00000000cafef00d";
-    let r = call(
-        &app,
-        "POST",
-        "/v1/jobs/claim",
-        Some(WORKER),
-        Some(json!({"worker": "w", "max": 1, "model_id": worker_model})),
-    )
-    .await;
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/jobs/claim",
+            json!({"worker": "w", "max": 1, "model_id": worker_model}),
+        )
+        .await;
     let job = r.json["jobs"][0].clone();
     assert_eq!(
         job["model_id"], worker_model,
@@ -1527,18 +1243,13 @@ async fn a_model_less_job_is_embedded_with_the_claiming_workers_model() {
     let mut body = ack_body(job["lease"]["token"].as_str().unwrap());
     body["result"]["model_id"] = json!(worker_model);
     body["cache"] = json!({"key": key, "fence": 0});
-    let r = call(
-        &app,
-        "POST",
-        &format!("/v1/jobs/{id}/ack"),
-        Some(WORKER),
-        Some(body),
-    )
-    .await;
+    let r = api
+        .post(Some(WORKER), &format!("/v1/jobs/{id}/ack"), body)
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
-    let r = call(&app, "GET", &format!("/v1/jobs/{id}"), Some(PRODUCER), None).await;
+    let r = api.get(Some(PRODUCER), &format!("/v1/jobs/{id}")).await;
     assert_eq!(r.json["state"], "done");
     assert_eq!(r.json["result"]["model_id"], worker_model);
-    let r = call(&app, "GET", &format!("/v1/cache/{key}"), Some(WORKER), None).await;
+    let r = api.get(Some(WORKER), &format!("/v1/cache/{key}")).await;
     assert_eq!(r.status, StatusCode::OK, "cached under the worker's model");
 }

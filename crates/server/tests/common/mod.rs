@@ -203,3 +203,55 @@ pub async fn lock_fence(app: &Router, key: &str) -> u64 {
     assert_eq!(r.status, StatusCode::OK, "lock {key}: {}", r.text);
     r.json["fence"].as_u64().unwrap()
 }
+
+/// The router as a test client: one method per HTTP verb, the token first (`None` for an
+/// anonymous call), then the path and the JSON body; every answer a [`Resp`].
+#[derive(Clone)]
+pub struct Api(pub Router);
+
+#[allow(dead_code)] // each test binary uses its own subset
+impl Api {
+    pub async fn get(&self, token: Option<&str>, path: &str) -> Resp {
+        call(&self.0, "GET", path, token, None).await
+    }
+    pub async fn post(&self, token: Option<&str>, path: &str, body: Value) -> Resp {
+        call(&self.0, "POST", path, token, Some(body)).await
+    }
+    /// A `POST` without a body.
+    pub async fn post_empty(&self, token: Option<&str>, path: &str) -> Resp {
+        call(&self.0, "POST", path, token, None).await
+    }
+    pub async fn put(&self, token: Option<&str>, path: &str, body: Value) -> Resp {
+        call(&self.0, "PUT", path, token, Some(body)).await
+    }
+    pub async fn delete(&self, token: Option<&str>, path: &str) -> Resp {
+        call(&self.0, "DELETE", path, token, None).await
+    }
+    /// A `DELETE` with a body (a lock release names its token).
+    pub async fn delete_with(&self, token: Option<&str>, path: &str, body: Value) -> Resp {
+        call(&self.0, "DELETE", path, token, Some(body)).await
+    }
+
+    /// Enqueues `jobs` (one job object or `{"jobs": [...]}`) as the producer.
+    pub async fn enqueue(&self, jobs: Value) -> Resp {
+        self.post(Some(PRODUCER), "/v1/jobs", jobs).await
+    }
+
+    /// Claims up to `max` jobs as worker `w`, without waiting; the claimed jobs.
+    pub async fn claim(&self, max: u32) -> Vec<Value> {
+        let r = self
+            .post(
+                Some(WORKER),
+                "/v1/jobs/claim",
+                serde_json::json!({"worker": "w", "max": max}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "claim: {}", r.text);
+        r.json["jobs"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// A job's status as the worker sees it.
+    pub async fn status(&self, id: &str) -> Resp {
+        self.get(Some(WORKER), &format!("/v1/jobs/{id}")).await
+    }
+}
