@@ -12,7 +12,8 @@
 //! - wasm32 only, one adapter per file: `idb` (IndexedDB local cache over rexie), `local`
 //!   (IndexedDB, or a bounded in-memory LRU where there is none: edge isolates, Node), `http` (the
 //!   server's protocol over gloo-net: queue, remote cache, locks, backend embedder), `sse`
-//!   (`EventSource` wake-ups and invalidations), `clock` (`Date.now`, `setTimeout`), `engine_port`
+//!   (`EventSource` wake-ups and invalidations), `clock` (`Date.now`, `setTimeout`), `cancel`
+//!   (timeouts and the page's `AbortSignal` for `fetch`), `engine_port`
 //!   (the in-wasm engine as an embedder; model loading through the Cache API), `worker` (the
 //!   message entry point), `engine_api` (the engine's own JS class), `error` (the one error enum).
 //! - `engine_api` (wasm32 only): the `#[wasm_bindgen]` surface of the engine (`TernflowEngine`).
@@ -23,6 +24,8 @@
 pub use ternflow_core as core;
 pub use ternflow_engine as engine;
 
+#[cfg(target_arch = "wasm32")]
+pub mod cancel;
 #[cfg(target_arch = "wasm32")]
 pub mod clock;
 #[cfg(target_arch = "wasm32")]

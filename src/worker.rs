@@ -16,8 +16,9 @@ use ternflow_core::{Adapters, Config, Pipeline, Ports};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
+use crate::cancel;
 use crate::clock::BrowserClock;
-use crate::engine_port::{fetch_model, LocalEngine};
+use crate::engine_port::{load_model_from, FetchOptions, LocalEngine};
 use crate::error::WorkerError;
 use crate::http::HttpClient;
 use crate::local::AnyLocal;
@@ -92,6 +93,8 @@ struct State {
     running: Option<Running>,
     /// IndexedDB name and bound given at `init`, reused when the pipeline is rebuilt.
     db: Option<(String, u32)>,
+    /// The adapter's own settings from `init`'s `config`.
+    adapter: AdapterConfig,
 }
 
 fn db_settings() -> (String, u32) {
@@ -166,25 +169,145 @@ fn request_id(msg: &ToWorker) -> u32 {
 }
 
 /// Handles one message from the page and resolves to the reply (a `FromWorker` object).
+///
+/// Besides the [`ToWorker`] requests, the adapter answers `{type: "cancel", target}` (the page's
+/// `AbortSignal` fired for request `target`) and reads `progress: true` on `loadModel` / `embed`
+/// (post `{type: "progress", id, phase, loaded, total}` events while it runs). An error reply for
+/// a download carries its `url`.
 #[wasm_bindgen]
 pub async fn handle(data: JsValue) -> JsValue {
+    let field = |k: &str| js_sys::Reflect::get(&data, &JsValue::from_str(k)).ok();
+    if field("type").and_then(|t| t.as_string()).as_deref() == Some("cancel") {
+        if let Some(target) = field("target").and_then(|t| t.as_f64()) {
+            cancel::cancel(target as u32);
+        }
+        return JsValue::NULL;
+    }
+    let progress = field("progress").is_some_and(|p| p.is_truthy());
     let msg: Result<ToWorker, _> = serde_wasm_bindgen::from_value(data);
-    let reply = match msg {
-        Err(e) => FromWorker::Error {
-            id: 0,
-            code: "bad_message".into(),
-            message: e.to_string(),
-        },
+    let (reply, url) = match msg {
+        Err(e) => (
+            FromWorker::Error {
+                id: 0,
+                code: "bad_message".into(),
+                message: e.to_string(),
+            },
+            None,
+        ),
         Ok(msg) => {
             let id = request_id(&msg);
-            dispatch(msg).await.unwrap_or_else(|e| FromWorker::Error {
-                id,
-                code: e.code(),
-                message: e.to_string(),
-            })
+            match dispatch(msg, progress).await {
+                Ok(r) => (r, None),
+                Err(e) => (
+                    FromWorker::Error {
+                        id,
+                        code: e.code(),
+                        message: e.to_string(),
+                    },
+                    e.url().map(str::to_owned),
+                ),
+            }
         }
     };
-    to_js(&reply).unwrap_or(JsValue::NULL)
+    let v = to_js(&reply).unwrap_or(JsValue::NULL);
+    if let Some(url) = url {
+        let _ = js_sys::Reflect::set(&v, &JsValue::from_str("url"), &JsValue::from_str(&url));
+    }
+    v
+}
+
+/// Posts a progress event for request `id` to the page (nothing where there is no page).
+fn post_progress(id: u32, phase: &str, loaded: u64, total: Option<u64>) {
+    let Ok(scope) = js_sys::global().dyn_into::<web_sys::DedicatedWorkerGlobalScope>() else {
+        return;
+    };
+    let o = js_sys::Object::new();
+    let set = |k: &str, v: JsValue| {
+        let _ = js_sys::Reflect::set(&o, &JsValue::from_str(k), &v);
+    };
+    set("type", JsValue::from_str("progress"));
+    set("id", JsValue::from(id));
+    set("phase", JsValue::from_str(phase));
+    set("loaded", JsValue::from(loaded as f64));
+    set(
+        "total",
+        total.map_or(JsValue::NULL, |t| JsValue::from(t as f64)),
+    );
+    let _ = scope.post_message(&o);
+}
+
+/// Settings of this adapter (not of the pipeline) that `config` may carry.
+#[derive(Debug, Clone, Copy)]
+struct AdapterConfig {
+    /// Limit of one request to the server, ms (a claim adds its long-poll wait).
+    request_timeout_ms: u64,
+    /// Limit of a whole model download, ms.
+    model_timeout_ms: u64,
+}
+
+const ADAPTER_KEYS: [&str; 2] = ["requestTimeoutMs", "modelTimeoutMs"];
+
+impl Default for AdapterConfig {
+    fn default() -> Self {
+        AdapterConfig {
+            request_timeout_ms: 30_000,
+            model_timeout_ms: 120_000,
+        }
+    }
+}
+
+/// Splits the page's `config` into the pipeline's [`Config`] and the adapter's settings,
+/// refusing keys that no setting has (a typo would otherwise pass silently).
+fn parse_config(v: Option<serde_json::Value>) -> Result<(Config, AdapterConfig), WorkerError> {
+    let mut adapter = AdapterConfig::default();
+    let Some(mut v) = v else {
+        return Ok((Config::default(), adapter));
+    };
+    let known = serde_json::to_value(Config::default())
+        .map_err(|e| WorkerError::BadConfig(e.to_string()))?;
+    let serde_json::Value::Object(obj) = &mut v else {
+        return Err(WorkerError::BadConfig("expected an object".into()));
+    };
+    for key in ADAPTER_KEYS {
+        if let Some(x) = obj.remove(key) {
+            let ms = x.as_u64().ok_or_else(|| {
+                WorkerError::BadConfig(format!("`{key}` must be a whole number of ms"))
+            })?;
+            match key {
+                "requestTimeoutMs" => adapter.request_timeout_ms = ms,
+                _ => adapter.model_timeout_ms = ms,
+            }
+        }
+    }
+    unknown_keys(obj, &known, "")?;
+    let cfg = serde_json::from_value(v).map_err(|e| WorkerError::BadConfig(e.to_string()))?;
+    Ok((cfg, adapter))
+}
+
+fn unknown_keys(
+    given: &serde_json::Map<String, serde_json::Value>,
+    known: &serde_json::Value,
+    prefix: &str,
+) -> Result<(), WorkerError> {
+    for (k, v) in given {
+        let Some(kv) = known.get(k) else {
+            let mut names: Vec<&str> = known
+                .as_object()
+                .map(|o| o.keys().map(String::as_str).collect())
+                .unwrap_or_default();
+            if prefix.is_empty() {
+                names.extend(ADAPTER_KEYS);
+            }
+            return Err(WorkerError::BadConfig(format!(
+                "unknown key `{prefix}{k}` (known: {})",
+                names.join(", ")
+            )));
+        };
+        if let (serde_json::Value::Object(g), true) = (v, kv.is_object()) {
+            unknown_keys(g, kv, &format!("{prefix}{k}."))?;
+        }
+    }
+    Ok(())
 }
 
 /// Loads a model from bytes into the worker's engine (for pages that fetch it themselves);
@@ -198,7 +321,7 @@ pub fn load_model_bytes(bytes: &[u8]) -> Result<String, JsError> {
     engine.load(bytes).map_err(|e| JsError::new(&e.to_string()))
 }
 
-async fn dispatch(msg: ToWorker) -> Result<FromWorker, WorkerError> {
+async fn dispatch(msg: ToWorker, progress: bool) -> Result<FromWorker, WorkerError> {
     match msg {
         ToWorker::Init {
             id,
@@ -207,17 +330,15 @@ async fn dispatch(msg: ToWorker) -> Result<FromWorker, WorkerError> {
             db_name,
             max_local_entries,
         } => {
-            let cfg: Config = match config {
-                Some(v) => serde_json::from_value(v)
-                    .map_err(|e| WorkerError::BadMessage(format!("config: {e}")))?,
-                None => Config::default(),
-            };
+            let (cfg, adapter) = parse_config(config)?;
             let engine = STATE.with(|s| s.borrow().engine.clone());
             let db = db_name.unwrap_or_else(|| DEFAULT_DB.to_owned());
             let max_local = max_local_entries.unwrap_or(DEFAULT_MAX_LOCAL);
             let p = browser_pipeline(server.as_ref(), engine.clone(), cfg, &db, max_local).await?;
+            p.source.set_timeout_ms(adapter.request_timeout_ms);
             STATE.with(|s| {
                 let mut s = s.borrow_mut();
+                s.adapter = adapter;
                 s.pipeline = Some(Rc::new(p));
                 s.db = Some((db, max_local));
             });
@@ -227,9 +348,19 @@ async fn dispatch(msg: ToWorker) -> Result<FromWorker, WorkerError> {
             })
         }
         ToWorker::LoadModel { id, url, sha256 } => {
-            let bytes = fetch_model(&url, sha256.as_deref()).await?;
-            let engine = STATE.with(|s| s.borrow().engine.clone());
-            let model_id = engine.load(&bytes)?;
+            let cancel = cancel::register(id);
+            let (engine, adapter) = STATE.with(|s| (s.borrow().engine.clone(), s.borrow().adapter));
+            let on_progress = |loaded, total| {
+                if progress {
+                    post_progress(id, "model", loaded, total);
+                }
+            };
+            let opts = FetchOptions {
+                timeout_ms: adapter.model_timeout_ms,
+                cancel: Some(&cancel),
+                on_progress: &on_progress,
+            };
+            let model_id = load_model_from(&engine, &url, sha256.as_deref(), &opts).await?;
             Ok(FromWorker::Ready {
                 id,
                 model_id: Some(model_id),
@@ -237,14 +368,19 @@ async fn dispatch(msg: ToWorker) -> Result<FromWorker, WorkerError> {
         }
         ToWorker::Embed { id, texts } => {
             let p = pipeline()?;
+            let cancel = cancel::register(id);
             let mut embeddings = Vec::with_capacity(texts.len());
-            for t in &texts {
+            for (i, t) in texts.iter().enumerate() {
+                cancel.check(&format!("embed after {i} of {} texts", texts.len()))?;
                 let trace = ternflow_core::trace::TraceParent::new_root(p.rng()).header();
                 let r = p.resolve(t, None, &trace).await?;
                 embeddings.push(Embedding {
                     vector: r.vector,
                     source: r.source,
                 });
+                if progress {
+                    post_progress(id, "embed", i as u64 + 1, Some(texts.len() as u64));
+                }
             }
             Ok(FromWorker::Embedded { id, embeddings })
         }
@@ -341,6 +477,9 @@ async fn rebuild(p: &Pipeline<Browser>, cfg: Config) -> Result<Rc<Pipeline<Brows
     let engine = STATE.with(|s| s.borrow().engine.clone());
     let (db, max_local) = db_settings();
     let fresh = Rc::new(browser_pipeline(server.as_ref(), engine, cfg, &db, max_local).await?);
+    fresh
+        .source
+        .set_timeout_ms(STATE.with(|s| s.borrow().adapter.request_timeout_ms));
     STATE.with(|s| s.borrow_mut().pipeline = Some(fresh.clone()));
     Ok(fresh)
 }
