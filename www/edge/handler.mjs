@@ -14,13 +14,18 @@ export function createHandler({ bindings, wasmModule, modelBytes }) {
         ? { url: env.TERNFLOW_SERVER, token: env.TERNFLOW_TOKEN ?? "" }
         : null;
       const r = await bindings.handle({ type: "init", id: 0, server, config: { workerId: "edge" } });
-      if (r.type === "error") throw new Error(`${r.code}: ${r.message}`);
+      if (r.type === "error") throw Object.assign(new Error(r.message), { code: r.code });
     })());
 
   const error = (status, code, message) => Response.json({ error: { code, message } }, { status });
 
   return async function fetch(request, env) {
-    await setup(env);
+    try {
+      await setup(env);
+    } catch (e) {
+      // A model or wasm that cannot load: every request says so (the isolate is unusable).
+      return error(503, e.code ?? "bad_model", String(e.message ?? e));
+    }
     if (request.method !== "POST") return error(405, "method_not_allowed", 'POST {"texts": [...]}');
     let body;
     try {
