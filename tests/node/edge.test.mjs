@@ -49,3 +49,40 @@ test("the message API reports typed errors", async () => {
   assert.equal(start.type, "error");
   assert.match(start.message, /needs a server/);
 });
+
+test("unknown config keys are refused with bad_config, naming the key", async () => {
+  const r = await bindings.handle({ type: "init", id: 11, config: { maxTextByte: 10 } });
+  assert.equal(r.type, "error");
+  assert.equal(r.code, "bad_config");
+  assert.match(r.message, /maxTextByte/);
+  const nested = await bindings.handle({ type: "init", id: 12, config: { retry: { maxAtempts: 1 } } });
+  assert.equal(nested.code, "bad_config");
+  assert.match(nested.message, /retry\.maxAtempts/);
+  const typed = await bindings.handle({ type: "init", id: 13, config: { requestTimeoutMs: "soon" } });
+  assert.equal(typed.code, "bad_config");
+});
+
+test("a server that never answers costs requestTimeoutMs, not forever", async () => {
+  const { createServer } = await import("node:http");
+  const held = [];
+  const srv = createServer((req, res) => held.push(res)); // never answers
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  try {
+    const init = await bindings.handle({
+      type: "init", id: 20, server: { url: `http://127.0.0.1:${srv.address().port}`, token: "t" },
+      config: { requestTimeoutMs: 300, retry: { baseMs: 1, maxMs: 1, maxAttempts: 1 } },
+    });
+    assert.equal(init.type, "ready", JSON.stringify(init));
+    const t0 = Date.now();
+    const r = await bindings.handle({ type: "embed", id: 21, texts: ["timeout check"] });
+    const ms = Date.now() - t0;
+    assert.ok(ms < 5_000, `answered in ${ms} ms`);
+    assert.ok(held.length >= 1, "the server was asked");
+    if (r.type === "error") assert.equal(r.code, "timeout", JSON.stringify(r));
+    else assert.equal(r.embeddings[0].source, "engine", "fell back to the engine after the timeout");
+  } finally {
+    for (const res of held) res.destroy();
+    srv.close();
+    await bindings.handle({ type: "init", id: 22 });
+  }
+});

@@ -1,0 +1,129 @@
+// The packed package, installed unchanged, built by Vite 8, webpack 5 and esbuild, served, and
+// run in headless Chromium: ready, embed, similar, abort, terminate, and the caches after a
+// reload; then the failure paths, each a typed error with nothing cached wrongly.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdirSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { WORK, browser, runPage, serve } from "./lib.mjs";
+import { BUILDS } from "./builds.mjs";
+
+
+after(async () => (await browser()).close());
+
+function checkHappyPath(r) {
+  assert.equal(r.error, undefined, `ready/embed failed: ${JSON.stringify(r.error)}\n${r.logs?.join("\n")}`);
+  assert.match(r.modelId, /^[0-9a-f]{16}$/);
+  assert.equal(r.dim, 384);
+  assert.ok(Math.abs(r.norm - 1) < 1e-3, `unit vector, got ${r.norm}`);
+  assert.equal(r.hits.length, 3);
+  assert.equal(r.hits[0].text, "the kitten rests on the rug", JSON.stringify(r.hits));
+  assert.equal(r.hits[0].sim, r.hits[0].score, "score is an alias of sim");
+  assert.ok(r.hits[0].sim > r.hits[1].sim);
+  assert.equal(r.abort, "aborted");
+  assert.ok(r.abortedAfter >= 5 && r.abortedAfter < 300, `stopped early (after ${r.abortedAfter})`);
+  assert.equal(r.afterAbort, 384, "the worker still answers after an abort");
+  assert.equal(r.terminated, "terminated");
+  assert.equal(r.cachedModels.length, 1, "the model is in the Cache API");
+  const last = r.progress.at(-1);
+  assert.equal(last.phase, "model");
+  assert.ok(last.loaded > 1_000_000 && last.loaded === last.total, JSON.stringify(last));
+}
+
+for (const [name, buildApp] of Object.entries(BUILDS)) {
+  describe(`${name} app`, () => {
+    const out = join(WORK, `dist-${name}`);
+    let srv;
+    before(async () => {
+      rmSync(out, { recursive: true, force: true });
+      mkdirSync(out, { recursive: true });
+      await buildApp(out);
+      srv = await serve(out);
+    });
+    after(() => srv?.close());
+
+    test("ready, embed, similar, abort mid-embedMany, terminate; cached after a reload", async () => {
+      const ctx = await (await browser()).newContext();
+      const page = await ctx.newPage();
+      try {
+        const first = await runPage(page, `${srv.url}/`);
+        checkHappyPath(first);
+        assert.equal(first.source, "engine");
+        const modelPath = new URL(first.cachedModels[0]).pathname;
+        const fetched = srv.log.filter((p) => p === modelPath).length;
+        assert.equal(fetched, 1, "downloaded once");
+
+        const second = await runPage(page, `${srv.url}/`);
+        checkHappyPath(second);
+        assert.equal(second.source, "local", "the vector comes from IndexedDB after the reload");
+        assert.equal(second.modelId, first.modelId);
+        assert.equal(srv.log.filter((p) => p === modelPath).length, 1, "the model comes from the Cache API");
+        console.log(`figures ${name}: cold start to first vector ${first.firstVectorMs.toFixed(0)} ms, warm ${second.firstVectorMs.toFixed(0)} ms`);
+      } finally {
+        await ctx.close();
+      }
+    });
+  });
+}
+
+describe("failure paths (esbuild app)", () => {
+  const out = join(WORK, "dist-esbuild-failures");
+  before(async () => {
+    rmSync(out, { recursive: true, force: true });
+    mkdirSync(out, { recursive: true });
+    await BUILDS.esbuild(out);
+  });
+
+  async function failing(routes, query) {
+    const srv = await serve(out, routes);
+    const ctx = await (await browser()).newContext();
+    try {
+      return await runPage(await ctx.newPage(), `${srv.url}/${query}`);
+    } finally {
+      await ctx.close();
+      await srv.close();
+    }
+  }
+
+  test("a model 404 rejects ready with http_404 naming the URL; nothing cached", async () => {
+    const r = await failing({}, "?model=/no-such-model.bin");
+    assert.equal(r.error?.code, "http_404", JSON.stringify(r));
+    assert.equal(r.error.typed, true, "a TernflowError");
+    assert.match(r.error.url, /\/no-such-model\.bin$/);
+    assert.match(r.error.message, /no-such-model\.bin/);
+    assert.deepEqual(r.cachedModels, []);
+  });
+
+  test("a 200 that is not a model (a dev server's HTML) is bad_model; nothing cached", async () => {
+    const r = await failing({ "^/ternlight-int4\\.bin$": "html" }, "?model=/ternlight-int4.bin");
+    assert.equal(r.error?.code, "bad_model", JSON.stringify(r));
+    assert.match(r.error.message, /bad magic/);
+    assert.match(r.error.url, /\/ternlight-int4\.bin$/);
+    assert.deepEqual(r.cachedModels, []);
+  });
+
+  test("the default model answered with HTML fails its checksum; nothing cached", async () => {
+    const r = await failing({ "^/ternlight-int4\\.bin$": "html" }, "");
+    assert.equal(r.error?.code, "model_checksum", JSON.stringify(r));
+    assert.deepEqual(r.cachedModels, []);
+  });
+
+  test("a missing wasm rejects ready with http_404 naming the wasm URL", async () => {
+    const r = await failing({ "\\.wasm$": "404" }, "");
+    assert.equal(r.error?.code, "http_404", JSON.stringify(r));
+    assert.match(r.error.url, /ternflow_bg\.wasm$/);
+    assert.deepEqual(r.cachedModels, []);
+  });
+
+  test("a model host that never answers is a timeout (modelTimeoutMs)", async () => {
+    const r = await failing({ "^/slow\\.bin$": "hang" }, "?model=/slow.bin&modelTimeoutMs=1500");
+    assert.equal(r.error?.code, "timeout", JSON.stringify(r));
+    assert.match(r.error.url, /\/slow\.bin$/);
+    assert.deepEqual(r.cachedModels, []);
+  });
+
+  test("a missing worker script rejects ready with worker_failed", async () => {
+    const r = await failing({ "^/worker\\.js$": "404" }, "");
+    assert.equal(r.error?.code, "worker_failed", JSON.stringify(r));
+  });
+});
