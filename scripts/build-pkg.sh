@@ -10,7 +10,7 @@ MODEL=${1:-models/ternlight-int4.bin}
 wasm-pack --log-level warn build --release --target web --mode no-install --out-dir pkg
 cp www/worker.js www/client.js www/common.js www/node.js www/index.d.ts www/common.d.ts www/node.d.ts pkg/
 cp www/README.md pkg/README.md
-mkdir -p pkg/edge && cp www/edge/handler.mjs www/edge/worker.mjs www/edge/handler.d.mts www/edge/worker.d.mts pkg/edge/
+mkdir -p pkg/edge && cp www/edge/*.mjs www/edge/*.d.mts pkg/edge/
 # wasm-bindgen declares `[Symbol.dispose]`, which breaks strict TypeScript consumers whose `lib`
 # lacks `esnext.disposable`; the method stays in the JS (where the runtime has it).
 sed -i '/\[Symbol\.dispose\]()/d' pkg/ternflow.d.ts
@@ -40,6 +40,7 @@ p.exports = {
   ".": { workerd: edge, browser, worker: browser, node, default: browser },
   "./node": node,
   "./edge": edge,
+  "./edge/remote-model": { types: "./edge/worker-remote-model.d.mts", default: "./edge/worker-remote-model.mjs" },
   "./edge/handler": { types: "./edge/handler.d.mts", default: "./edge/handler.mjs" },
   "./wasm": { types: "./ternflow.d.ts", default: "./ternflow.js" },
   "./worker.js": "./worker.js",
