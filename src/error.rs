@@ -90,6 +90,22 @@ impl WorkerError {
         }
     }
 
+    /// Whether trying again later may succeed (a network failure, a timeout, a 5xx / 408 / 429,
+    /// or a pipeline error its own [`is_retryable`](ternflow_core::Error::is_retryable) says
+    /// so of); a bad model, bad input or a cancellation is permanent.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            WorkerError::Core(e) => e.is_retryable(),
+            WorkerError::Unreachable { .. } | WorkerError::Timeout { .. } | WorkerError::Idb(_) => {
+                true
+            }
+            WorkerError::HttpStatus { status, .. } => {
+                *status >= 500 || *status == 408 || *status == 429
+            }
+            _ => false,
+        }
+    }
+
     /// The URL the failure is about, when there is one (a model download).
     pub fn url(&self) -> Option<&str> {
         match self {

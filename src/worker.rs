@@ -131,24 +131,44 @@ fn to_js(msg: &FromWorker) -> Result<JsValue, serde_wasm_bindgen::Error> {
 /// `Embedded` with each vector as a `Float32Array`: `postMessage` then copies one buffer per
 /// vector instead of cloning hundreds of numbers, and the page gets typed arrays directly.
 fn embedded_to_js(id: u32, embeddings: &[Embedding]) -> JsValue {
+    items_to_js(id, embeddings.iter().map(Ok))
+}
+
+/// `Embedded` with one item per text: `{vector, source}`, or `{error: {code, message,
+/// retryable}}` for a text that failed (`embedMany(texts, {settle: true})`).
+fn items_to_js<'a>(
+    id: u32,
+    items: impl ExactSizeIterator<Item = Result<&'a Embedding, &'a WorkerError>>,
+) -> JsValue {
     let set = |o: &js_sys::Object, k: &str, v: &JsValue| {
         // Setting a property on a fresh plain object cannot fail.
         let _ = js_sys::Reflect::set(o, &JsValue::from_str(k), v);
     };
-    let list = js_sys::Array::new_with_length(embeddings.len() as u32);
-    for (i, e) in embeddings.iter().enumerate() {
-        let item = js_sys::Object::new();
-        set(
-            &item,
-            "vector",
-            &js_sys::Float32Array::from(e.vector.as_slice()).into(),
-        );
-        let source = serde_json::to_value(e.source)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        set(&item, "source", &JsValue::from_str(&source));
-        list.set(i as u32, item.into());
+    let list = js_sys::Array::new_with_length(items.len() as u32);
+    for (i, item) in items.enumerate() {
+        let o = js_sys::Object::new();
+        match item {
+            Ok(e) => {
+                set(
+                    &o,
+                    "vector",
+                    &js_sys::Float32Array::from(e.vector.as_slice()).into(),
+                );
+                let source = serde_json::to_value(e.source)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                set(&o, "source", &JsValue::from_str(&source));
+            }
+            Err(e) => {
+                let err = js_sys::Object::new();
+                set(&err, "code", &JsValue::from_str(&e.code()));
+                set(&err, "message", &JsValue::from_str(&e.to_string()));
+                set(&err, "retryable", &JsValue::from_bool(e.is_retryable()));
+                set(&o, "error", &err.into());
+            }
+        }
+        list.set(i as u32, o.into());
     }
     let o = js_sys::Object::new();
     set(&o, "type", &JsValue::from_str("embedded"));
@@ -171,9 +191,10 @@ fn request_id(msg: &ToWorker) -> u32 {
 /// Handles one message from the page and resolves to the reply (a `FromWorker` object).
 ///
 /// Besides the [`ToWorker`] requests, the adapter answers `{type: "cancel", target}` (the page's
-/// `AbortSignal` fired for request `target`) and reads `progress: true` on `loadModel` / `embed`
-/// (post `{type: "progress", id, phase, loaded, total}` events while it runs). An error reply for
-/// a download carries its `url`.
+/// `AbortSignal` fired for request `target`), reads `progress: true` on `loadModel` / `embed`
+/// (post `{type: "progress", id, phase, loaded, total}` events while it runs) and `settle: true`
+/// on `embed` (one result or error per text). Error replies carry `retryable`, and a download's
+/// its `url`.
 #[wasm_bindgen]
 pub async fn handle(data: JsValue) -> JsValue {
     let field = |k: &str| js_sys::Reflect::get(&data, &JsValue::from_str(k)).ok();
@@ -184,36 +205,74 @@ pub async fn handle(data: JsValue) -> JsValue {
         return JsValue::NULL;
     }
     let progress = field("progress").is_some_and(|p| p.is_truthy());
+    let settle = field("settle").is_some_and(|p| p.is_truthy());
     let msg: Result<ToWorker, _> = serde_wasm_bindgen::from_value(data);
-    let (reply, url) = match msg {
-        Err(e) => (
-            FromWorker::Error {
-                id: 0,
-                code: "bad_message".into(),
-                message: e.to_string(),
-            },
-            None,
-        ),
+    if let (true, Ok(ToWorker::Embed { id, texts })) = (settle, &msg) {
+        return match embed_texts(*id, texts, progress, true).await {
+            Ok(items) => items_to_js(*id, items.iter().map(Result::as_ref)),
+            Err(e) => error_to_js(*id, &e),
+        };
+    }
+    match msg {
+        Err(e) => error_to_js(0, &WorkerError::BadMessage(e.to_string())),
         Ok(msg) => {
             let id = request_id(&msg);
             match dispatch(msg, progress).await {
-                Ok(r) => (r, None),
-                Err(e) => (
-                    FromWorker::Error {
-                        id,
-                        code: e.code(),
-                        message: e.to_string(),
-                    },
-                    e.url().map(str::to_owned),
-                ),
+                Ok(r) => to_js(&r).unwrap_or(JsValue::NULL),
+                Err(e) => error_to_js(id, &e),
             }
         }
+    }
+}
+
+/// The `error` reply for request `id`, with `retryable` and (for a download) `url` beside the
+/// code and message.
+fn error_to_js(id: u32, e: &WorkerError) -> JsValue {
+    let reply = FromWorker::Error {
+        id,
+        code: e.code(),
+        message: e.to_string(),
     };
     let v = to_js(&reply).unwrap_or(JsValue::NULL);
-    if let Some(url) = url {
-        let _ = js_sys::Reflect::set(&v, &JsValue::from_str("url"), &JsValue::from_str(&url));
+    let _ = js_sys::Reflect::set(
+        &v,
+        &JsValue::from_str("retryable"),
+        &JsValue::from_bool(e.is_retryable()),
+    );
+    if let Some(url) = e.url() {
+        let _ = js_sys::Reflect::set(&v, &JsValue::from_str("url"), &JsValue::from_str(url));
     }
     v
+}
+
+/// Embeds `texts` in order through the pipeline (request `id`, cancellable between texts).
+/// With `settle`, a text that fails is an `Err` item and the rest go on; without, the first
+/// failure fails the whole request. A cancellation always fails the whole request.
+async fn embed_texts(
+    id: u32,
+    texts: &[String],
+    progress: bool,
+    settle: bool,
+) -> Result<Vec<Result<Embedding, WorkerError>>, WorkerError> {
+    let p = pipeline()?;
+    let cancel = cancel::register(id);
+    let mut items = Vec::with_capacity(texts.len());
+    for (i, t) in texts.iter().enumerate() {
+        cancel.check(&format!("embed after {i} of {} texts", texts.len()))?;
+        let trace = ternflow_core::trace::TraceParent::new_root(p.rng()).header();
+        match p.resolve(t, None, &trace).await {
+            Ok(r) => items.push(Ok(Embedding {
+                vector: r.vector,
+                source: r.source,
+            })),
+            Err(e) if settle => items.push(Err(WorkerError::Core(e))),
+            Err(e) => return Err(e.into()),
+        }
+        if progress {
+            post_progress(id, "embed", i as u64 + 1, Some(texts.len() as u64));
+        }
+    }
+    Ok(items)
 }
 
 /// Posts a progress event for request `id` to the page (nothing where there is no page).
@@ -367,21 +426,10 @@ async fn dispatch(msg: ToWorker, progress: bool) -> Result<FromWorker, WorkerErr
             })
         }
         ToWorker::Embed { id, texts } => {
-            let p = pipeline()?;
-            let cancel = cancel::register(id);
-            let mut embeddings = Vec::with_capacity(texts.len());
-            for (i, t) in texts.iter().enumerate() {
-                cancel.check(&format!("embed after {i} of {} texts", texts.len()))?;
-                let trace = ternflow_core::trace::TraceParent::new_root(p.rng()).header();
-                let r = p.resolve(t, None, &trace).await?;
-                embeddings.push(Embedding {
-                    vector: r.vector,
-                    source: r.source,
-                });
-                if progress {
-                    post_progress(id, "embed", i as u64 + 1, Some(texts.len() as u64));
-                }
-            }
+            let embeddings = embed_texts(id, &texts, progress, false)
+                .await?
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()?;
             Ok(FromWorker::Embedded { id, embeddings })
         }
         ToWorker::Start { id, concurrency } => {

@@ -87,7 +87,7 @@ export class EmbeddingWorker extends EventTarget {
     this.#pending.delete(msg.id);
     p.cleanup?.();
     if (msg.type === "error") {
-      p.reject(new TernflowError(msg.code, msg.message, { url: msg.url }));
+      p.reject(new TernflowError(msg.code, msg.message, { url: msg.url, retryable: msg.retryable }));
     } else {
       p.resolve(msg);
     }
@@ -152,19 +152,34 @@ export class EmbeddingWorker extends EventTarget {
     return (await this.embedMany([text], { signal }))[0];
   }
 
-  /** Embeds several texts; resolves to Float32Arrays in order. */
+  /**
+   * Embeds several texts; resolves to Float32Arrays in order. With `settle: true`, one result
+   * per text instead, like `Promise.allSettled`: `{ status: "fulfilled", value }` or
+   * `{ status: "rejected", reason: TernflowError }` (one bad text does not fail the rest).
+   */
   async embedMany(texts, options = {}) {
-    return (await this.embedDetailed(texts, options)).map((e) => e.vector);
+    const items = await this.embedDetailed(texts, options);
+    if (!options.settle) return items.map((e) => e.vector);
+    return items.map((e) =>
+      e.error ? { status: "rejected", reason: e.error } : { status: "fulfilled", value: e.vector },
+    );
   }
 
-  /** Like embedMany, with where each vector came from (`local`, `remote`, `engine`, `backend`). */
-  async embedDetailed(texts, { signal, onProgress } = {}) {
+  /**
+   * Like embedMany, with where each vector came from (`local`, `remote`, `engine`, `backend`);
+   * with `settle: true` a text that failed is `{ error: TernflowError }`.
+   */
+  async embedDetailed(texts, { signal, onProgress, settle = false } = {}) {
     await this.ready;
-    const r = await this.#request({ type: "embed", texts }, { signal, onProgress, what: "embed" });
-    return r.embeddings.map((e) => ({
-      vector: e.vector instanceof Float32Array ? e.vector : Float32Array.from(e.vector),
-      source: e.source,
-    }));
+    const r = await this.#request({ type: "embed", texts, settle }, { signal, onProgress, what: "embed" });
+    return r.embeddings.map((e) =>
+      e.error
+        ? { error: new TernflowError(e.error.code, e.error.message, { retryable: e.error.retryable }) }
+        : {
+            vector: e.vector instanceof Float32Array ? e.vector : Float32Array.from(e.vector),
+            source: e.source,
+          },
+    );
   }
 
   /**

@@ -45,11 +45,17 @@ export type TernflowErrorCode =
 
 /** The one error type of the package. */
 export class TernflowError extends Error {
-  constructor(code: TernflowErrorCode, message: string, options?: { url?: string; cause?: unknown });
+  constructor(
+    code: TernflowErrorCode,
+    message: string,
+    options?: { url?: string; cause?: unknown; retryable?: boolean },
+  );
   readonly name: "TernflowError";
   readonly code: TernflowErrorCode;
   /** The file or server the failure is about, when there is one. */
   readonly url?: string;
+  /** Whether trying again later may succeed (set on errors from the worker). */
+  readonly retryable?: boolean;
 }
 
 /** One ranked text of `similar`. */

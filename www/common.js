@@ -3,14 +3,16 @@
 
 /**
  * Every failure the package reports. `code` is machine-readable (see `TernflowErrorCode` in
- * index.d.ts); `url` names the file or server the failure is about, when there is one.
+ * common.d.ts); `url` names the file or server the failure is about, when there is one;
+ * `retryable` (from the worker) says whether trying again later may succeed.
  */
 export class TernflowError extends Error {
-  constructor(code, message, { url, cause } = {}) {
+  constructor(code, message, { url, cause, retryable } = {}) {
     super(message, cause === undefined ? undefined : { cause });
     this.name = "TernflowError";
     this.code = code;
     if (url !== undefined) this.url = url;
+    if (retryable !== undefined) this.retryable = retryable;
   }
 }
 

@@ -1,7 +1,7 @@
 // Type declarations for the ternflow npm package's main-thread API (client.js): browsers and
 // Web Workers (exports conditions `browser`, `worker`, `default`).
 
-import type { SimilarHit, TernflowErrorCode } from "./common.js";
+import type { SimilarHit, TernflowError } from "./common.js";
 export { TernflowError, cosineSim } from "./common.js";
 export type { SimilarHit, TernflowErrorCode } from "./common.js";
 
@@ -101,7 +101,17 @@ export interface EmbedManyOptions {
   signal?: AbortSignal;
   /** Called after each text (`phase: "embed"`, `loaded` of `total` texts). */
   onProgress?: (p: Progress) => void;
+  /** One result per text instead of failing whole (see `EmbedResult`). */
+  settle?: boolean;
 }
+
+/** One text's outcome of `embedMany(texts, { settle: true })`, like `Promise.allSettled`. */
+export type EmbedResult =
+  | { status: "fulfilled"; value: Float32Array }
+  | { status: "rejected"; reason: TernflowError };
+
+/** One text's outcome of `embedDetailed(texts, { settle: true })`. */
+export type DetailedResult = { vector: Float32Array; source: Source } | { error: TernflowError };
 
 /**
  * An embedding worker running the ternflow wasm in a dedicated Web Worker. Every failure is a
@@ -116,8 +126,13 @@ export class EmbeddingWorker extends EventTarget {
   readonly ready: Promise<string | null>;
   loadModel(model?: ModelOptions): Promise<string>;
   embed(text: string, options?: { signal?: AbortSignal }): Promise<Float32Array>;
-  embedMany(texts: string[], options?: EmbedManyOptions): Promise<Float32Array[]>;
-  embedDetailed(texts: string[], options?: EmbedManyOptions): Promise<{ vector: Float32Array; source: Source }[]>;
+  embedMany(texts: string[], options: EmbedManyOptions & { settle: true }): Promise<EmbedResult[]>;
+  embedMany(texts: string[], options?: EmbedManyOptions & { settle?: false }): Promise<Float32Array[]>;
+  embedDetailed(texts: string[], options: EmbedManyOptions & { settle: true }): Promise<DetailedResult[]>;
+  embedDetailed(
+    texts: string[],
+    options?: EmbedManyOptions & { settle?: false },
+  ): Promise<{ vector: Float32Array; source: Source }[]>;
   similar(query: string, corpus: string[], options?: { topK?: number; signal?: AbortSignal }): Promise<SimilarHit[]>;
   start(options?: {
     server?: ServerOptions | string;

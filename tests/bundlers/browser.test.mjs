@@ -20,6 +20,7 @@ function checkHappyPath(r) {
   assert.equal(r.hits[0].text, "the kitten rests on the rug", JSON.stringify(r.hits));
   assert.equal(r.hits[0].sim, r.hits[0].score, "score is an alias of sim");
   assert.ok(r.hits[0].sim > r.hits[1].sim);
+  assert.deepEqual(r.settled, [384, "text_too_long:true", 384], "settle: per-text results");
   assert.equal(r.abort, "aborted");
   assert.ok(r.abortedAfter >= 5 && r.abortedAfter < 300, `stopped early (after ${r.abortedAfter})`);
   assert.equal(r.afterAbort, 384, "the worker still answers after an abort");

@@ -86,3 +86,16 @@ test("a server that never answers costs requestTimeoutMs, not forever", async ()
     await bindings.handle({ type: "init", id: 22 });
   }
 });
+
+test("settle: one result or typed error per text; errors say whether they are retryable", async () => {
+  await bindings.handle({ type: "init", id: 30 });
+  const r = await bindings.handle({ type: "embed", id: 31, texts: ["fine", "x".repeat(20_000)], settle: true });
+  assert.equal(r.type, "embedded");
+  assert.equal(r.embeddings[0].vector.length > 0, true);
+  assert.equal(r.embeddings[1].error.code, "text_too_long");
+  assert.equal(r.embeddings[1].error.retryable, false);
+  const whole = await bindings.handle({ type: "embed", id: 32, texts: ["fine", "x".repeat(20_000)] });
+  assert.equal(whole.type, "error");
+  assert.equal(whole.code, "text_too_long");
+  assert.equal(whole.retryable, false);
+});

@@ -31,6 +31,9 @@ async function run() {
       ["stock markets fell sharply today", "the kitten rests on the rug", "rain is expected tomorrow"],
       { worker: w, topK: 3 },
     );
+    // settle: one bad text does not fail the rest.
+    const settled = await w.embedMany(["good one", "x".repeat(20_000), "good two"], { settle: true });
+    out.settled = settled.map((r) => (r.status === "fulfilled" ? r.value.length : `${r.reason.code}:${r.reason instanceof TernflowError}`));
     // Abort in the middle of a long embedMany: typed `aborted`, and the worker still answers.
     const ac = new AbortController();
     const texts = Array.from({ length: 300 }, (_, i) => `sentence number ${i} of a long batch`);

@@ -19,6 +19,11 @@ async function main(): Promise<number> {
   const best: number = hits[0]?.sim ?? 0;
   const alias: number = hits[0]?.score ?? 0;
   await w.embedMany(["a", "b"], { onProgress: (p) => p.loaded });
+  const settled = await w.embedMany(["a", "b"], { settle: true });
+  for (const r of settled) {
+    if (r.status === "fulfilled") r.value.length;
+    else r.reason.code;
+  }
   try {
     await w.ready;
   } catch (e) {
