@@ -8,6 +8,24 @@ cd "$(dirname "$0")/.."
 MODEL=${1:-models/ternlight-int4.bin}
 
 wasm-pack --log-level warn build --release --target web --mode no-install --out-dir pkg
+
+# wasm-opt -O3 from npm `binaryen@132` (root package.json; never Debian's binaryen 108, whose
+# output fails at init), then a check that the vectors did not change by one bit.
+# TERNFLOW_WASM_OPT=0 skips it.
+if [ "${TERNFLOW_WASM_OPT:-1}" != 0 ]; then
+  WASM_OPT=node_modules/.bin/wasm-opt
+  [ -x "$WASM_OPT" ] || { echo "build-pkg: $WASM_OPT missing: run scripts/setup.sh" >&2; exit 1; }
+  "$WASM_OPT" --version | grep -q 'version 132' ||
+    { echo "build-pkg: expected wasm-opt 132, got: $("$WASM_OPT" --version)" >&2; exit 1; }
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  cp pkg/ternflow_bg.wasm "$tmp/unopt.wasm"
+  "$WASM_OPT" -O3 "$tmp/unopt.wasm" -o pkg/ternflow_bg.wasm
+  if [ -f "$MODEL" ]; then
+    node scripts/same-vectors.mjs pkg "$tmp/unopt.wasm" pkg/ternflow_bg.wasm "$MODEL"
+  fi
+  printf 'build-pkg: wasm-opt -O3: %d -> %d bytes\n' "$(wc -c < "$tmp/unopt.wasm")" "$(wc -c < pkg/ternflow_bg.wasm)"
+fi
 cp www/worker.js www/client.js www/common.js www/node.js www/index.d.ts www/common.d.ts www/node.d.ts pkg/
 cp www/README.md pkg/README.md
 mkdir -p pkg/edge && cp www/edge/*.mjs www/edge/*.d.mts pkg/edge/
