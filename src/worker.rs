@@ -54,6 +54,22 @@ pub async fn browser_pipeline(
     db_name: &str,
     max_local_entries: u32,
 ) -> Result<Pipeline<Browser>, WorkerError> {
+    let max_bytes = STATE.with(|s| s.borrow().adapter.memory_cache_bytes);
+    browser_pipeline_bounded(server, engine, cfg, db_name, max_local_entries, max_bytes).await
+}
+
+/// [`browser_pipeline`] with the in-memory cache bounded to `max_bytes`.
+///
+/// # Errors
+/// When IndexedDB exists but cannot be opened.
+pub async fn browser_pipeline_bounded(
+    server: Option<&ServerOptions>,
+    engine: LocalEngine,
+    cfg: Config,
+    db_name: &str,
+    max_local_entries: u32,
+    max_bytes: usize,
+) -> Result<Pipeline<Browser>, WorkerError> {
     let mut cfg = cfg;
     if cfg.seed == 0 {
         // Entropy from the platform: workers started in the same millisecond (several tabs, or
@@ -66,7 +82,7 @@ pub async fn browser_pipeline(
         server.map_or("", |s| s.token.as_str()),
         &cfg.worker_id,
     );
-    let local = AnyLocal::open(db_name, max_local_entries).await?;
+    let local = AnyLocal::open(db_name, max_local_entries, max_bytes).await?;
     Ok(Pipeline::new(
         Adapters {
             source: client.clone(),
@@ -302,15 +318,19 @@ struct AdapterConfig {
     request_timeout_ms: u64,
     /// Limit of a whole model download, ms.
     model_timeout_ms: u64,
+    /// Byte bound of the in-memory cache (the edge's only local tier; the hot tier in front of
+    /// IndexedDB is at most [`HOT_BYTES`](crate::local::HOT_BYTES) of it).
+    memory_cache_bytes: usize,
 }
 
-const ADAPTER_KEYS: [&str; 2] = ["requestTimeoutMs", "modelTimeoutMs"];
+const ADAPTER_KEYS: [&str; 3] = ["requestTimeoutMs", "modelTimeoutMs", "memoryCacheBytes"];
 
 impl Default for AdapterConfig {
     fn default() -> Self {
         AdapterConfig {
             request_timeout_ms: 30_000,
             model_timeout_ms: 120_000,
+            memory_cache_bytes: crate::byte_lru::DEFAULT_MAX_BYTES,
         }
     }
 }
@@ -329,12 +349,13 @@ fn parse_config(v: Option<serde_json::Value>) -> Result<(Config, AdapterConfig),
     };
     for key in ADAPTER_KEYS {
         if let Some(x) = obj.remove(key) {
-            let ms = x.as_u64().ok_or_else(|| {
-                WorkerError::BadConfig(format!("`{key}` must be a whole number of ms"))
-            })?;
+            let n = x
+                .as_u64()
+                .ok_or_else(|| WorkerError::BadConfig(format!("`{key}` must be a whole number")))?;
             match key {
-                "requestTimeoutMs" => adapter.request_timeout_ms = ms,
-                _ => adapter.model_timeout_ms = ms,
+                "requestTimeoutMs" => adapter.request_timeout_ms = n,
+                "modelTimeoutMs" => adapter.model_timeout_ms = n,
+                _ => adapter.memory_cache_bytes = usize::try_from(n).unwrap_or(usize::MAX),
             }
         }
     }
@@ -393,7 +414,15 @@ async fn dispatch(msg: ToWorker, progress: bool) -> Result<FromWorker, WorkerErr
             let engine = STATE.with(|s| s.borrow().engine.clone());
             let db = db_name.unwrap_or_else(|| DEFAULT_DB.to_owned());
             let max_local = max_local_entries.unwrap_or(DEFAULT_MAX_LOCAL);
-            let p = browser_pipeline(server.as_ref(), engine.clone(), cfg, &db, max_local).await?;
+            let p = browser_pipeline_bounded(
+                server.as_ref(),
+                engine.clone(),
+                cfg,
+                &db,
+                max_local,
+                adapter.memory_cache_bytes,
+            )
+            .await?;
             p.source.set_timeout_ms(adapter.request_timeout_ms);
             STATE.with(|s| {
                 let mut s = s.borrow_mut();

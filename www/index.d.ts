@@ -65,6 +65,8 @@ export interface WorkerConfig {
   requestTimeoutMs?: number;
   /** Limit of a whole model download, ms (default 120 000). */
   modelTimeoutMs?: number;
+  /** Byte bound of the in-memory vector cache (default 32 MiB; at most 8 MiB of it in front of IndexedDB). */
+  memoryCacheBytes?: number;
 }
 
 export interface EmbeddingWorkerOptions {

@@ -99,3 +99,21 @@ test("settle: one result or typed error per text; errors say whether they are re
   assert.equal(whole.code, "text_too_long");
   assert.equal(whole.retryable, false);
 });
+
+test("the in-memory cache is bounded by bytes (memoryCacheBytes), least recently used out first", async () => {
+  await bindings.handle({ type: "init", id: 40 });
+  const probe = await bindings.handle({ type: "embed", id: 41, texts: ["probe"] });
+  const dim = probe.embeddings[0].vector.length;
+  // Room for two entries (key < 100 bytes + vector + the counted overhead), not three.
+  const bytes = 2 * (100 + 4 * dim + 96);
+  const init = await bindings.handle({ type: "init", id: 42, config: { memoryCacheBytes: bytes } });
+  assert.equal(init.type, "ready", JSON.stringify(init));
+  const src = async (t) => (await bindings.handle({ type: "embed", id: 43, texts: [t] })).embeddings[0].source;
+  assert.equal(await src("bound one"), "engine");
+  assert.equal(await src("bound two"), "engine");
+  assert.equal(await src("bound two"), "local");
+  assert.equal(await src("bound three"), "engine");
+  assert.equal(await src("bound one"), "engine", "the least recently used was evicted");
+  assert.equal(await src("bound three"), "local");
+  await bindings.handle({ type: "init", id: 44 });
+});
