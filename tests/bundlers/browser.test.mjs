@@ -5,7 +5,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { WORK, browser, runPage, serve } from "./lib.mjs";
+import { BIN, HERE, WORK, browser, runPage, serve } from "./lib.mjs";
 import { BUILDS } from "./builds.mjs";
 
 
@@ -66,6 +66,45 @@ for (const [name, buildApp] of Object.entries(BUILDS)) {
     });
   });
 }
+
+describe("vite dev server", () => {
+  let proc;
+  let url;
+  before(async () => {
+    const { spawn } = await import("node:child_process");
+    const { createServer } = await import("node:net");
+    const port = await new Promise((r) => {
+      const s = createServer().listen(0, "127.0.0.1", () => {
+        const p = s.address().port;
+        s.close(() => r(p));
+      });
+    });
+    url = `http://127.0.0.1:${port}/`;
+    proc = spawn(join(BIN, "vite"), ["--config", join(HERE, "vite/vite.config.js"), "--host", "127.0.0.1", "--port", String(port), "--strictPort"], { stdio: "ignore" });
+    for (let i = 0; i < 300; i++) {
+      try {
+        if ((await fetch(url)).ok) return;
+      } catch {}
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    throw new Error("vite dev did not start");
+  });
+  after(() => proc?.kill());
+
+  test("the unchanged app works under `vite` (dev), model from the Cache API after a reload", async () => {
+    const ctx = await (await browser()).newContext();
+    const page = await ctx.newPage();
+    try {
+      const first = await runPage(page, url);
+      checkHappyPath(first);
+      const second = await runPage(page, url);
+      checkHappyPath(second);
+      assert.equal(second.source, "local");
+    } finally {
+      await ctx.close();
+    }
+  });
+});
 
 describe("failure paths (esbuild app)", () => {
   const out = join(WORK, "dist-esbuild-failures");

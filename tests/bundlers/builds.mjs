@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { BIN, HERE, sh } from "./lib.mjs";
 
 export const BUILDS = {
-  vite: (out) => sh(join(BIN, "vite"), ["build", join(HERE, "vite")], { env: { OUT_DIR: out } }),
+  vite: (out) => sh(join(BIN, "vite"), ["build", "--config", join(HERE, "vite/vite.config.js")], { env: { OUT_DIR: out } }),
   webpack: (out) => sh(process.execPath, [join(HERE, "webpack/build.mjs")], { env: { OUT_DIR: out } }),
   esbuild: (out) => sh(process.execPath, [join(HERE, "esbuild/build.mjs")], { env: { OUT_DIR: out } }),
 };
