@@ -9,7 +9,7 @@ import { mkdirSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs"
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
 import { BUILDS } from "./builds.mjs";
-import { WORK, browser, runPage, serve } from "./lib.mjs";
+import { HERE, WORK, browser, runPage, serve } from "./lib.mjs";
 import { buildEdge, edgeUploads, startWorkerd, workerdCpuMs } from "./edge.mjs";
 
 const kib = (n) => `${(n / 1024).toFixed(0)} KiB`;
@@ -56,6 +56,12 @@ for (let i = 0; i < n; i++) {
 }
 console.log(`workerd: CPU per request for a short text (engine, no cache hit): ${((workerdCpuMs(w.pid) - cpu0) / n).toFixed(1)} ms (workerd process CPU over ${n} requests)`);
 await w.stop();
+const modelHost = await serve(join(HERE, "node_modules/ternflow"));
+const free = await startWorkerd(edge.dir, edge.variants[1], { TERNFLOW_MODEL_URL: `${modelHost.url}/ternlight-int4.bin` });
+if (free.first.status !== 200) throw new Error(`remote-model build failed: ${JSON.stringify(free.first.body)}`);
+console.log(`workerd (${edge.variants[1].name}): cold start incl. the model download from loopback ${free.coldMs.toFixed(0)} ms`);
+await free.stop();
+await modelHost.close();
 console.log("\n| edge build | upload gzipped | Free (3 MiB) | Paid (10 MiB) |");
 console.log("|---|---|---|---|");
 for (const u of edgeUploads(edge)) {
