@@ -162,6 +162,27 @@ describe("failure paths (esbuild app)", () => {
     assert.deepEqual(r.cachedModels, []);
   });
 
+  test("a server that never answers costs requestTimeoutMs per request, not the page", async () => {
+    const { createServer } = await import("node:http");
+    const held = [];
+    const hang = createServer((req, res) => held.push(res));
+    await new Promise((r) => hang.listen(0, "127.0.0.1", r));
+    try {
+      const server = `http://127.0.0.1:${hang.address().port}`;
+      const config = encodeURIComponent(JSON.stringify({ requestTimeoutMs: 400, retry: { baseMs: 1, maxMs: 1, maxAttempts: 1 } }));
+      const r = await failing({}, `?mode=server&server=${encodeURIComponent(server)}&config=${config}`);
+      assert.equal(r.error, undefined, JSON.stringify(r));
+      assert.equal(r.source, "engine", "answered by the engine once the remote tier timed out");
+      assert.ok(r.embedMs < 10_000, `embedded in ${r.embedMs} ms`);
+      assert.ok(held.length >= 1, "the server was asked");
+      assert.ok(r.counters.cache_remote_errors >= 1, JSON.stringify(r.counters));
+    } finally {
+      for (const res of held) res.destroy();
+      hang.closeAllConnections();
+      hang.close();
+    }
+  });
+
   test("a missing worker script rejects ready with worker_failed", async () => {
     const r = await failing({ "^/worker\\.js$": "404" }, "");
     assert.equal(r.error?.code, "worker_failed", JSON.stringify(r));

@@ -64,7 +64,26 @@ async function run() {
   return out;
 }
 
-run().then(
+// `?mode=server`: a server (`?server=`) and settings (`?config=` JSON): one embed, timed, and
+// the worker's counters (how the remote tier fared).
+async function runServer() {
+  const out = {};
+  const w = new EmbeddingWorker({ server: params.get("server"), config: JSON.parse(params.get("config") ?? "{}") });
+  try {
+    await w.ready;
+    const t0 = performance.now();
+    const [d] = await w.embedDetailed(["hello server"]);
+    out.embedMs = performance.now() - t0;
+    out.source = d.source;
+    out.counters = (await w.stats()).counters;
+  } catch (e) {
+    out.error = { code: e.code, message: e.message, url: e.url, typed: e instanceof TernflowError };
+  }
+  w.terminate();
+  return out;
+}
+
+(params.get("mode") === "server" ? runServer() : run()).then(
   (r) => (window.__result = r),
   (e) => (window.__result = { crash: String(e?.stack ?? e) }),
 );
