@@ -1,11 +1,11 @@
-// The packed package, installed unchanged, built by Vite 8, webpack 5 and esbuild, served, and
-// run in headless Chromium: ready, embed, similar, abort, terminate, and the caches after a
+// The packed package, installed unchanged, built by Vite 8 (and under its dev server), webpack 5,
+// esbuild and Next.js 16, served, and run in headless Chromium: ready, embed, similar, abort, terminate, and the caches after a
 // reload; then the failure paths, each a typed error with nothing cached wrongly.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { BIN, HERE, WORK, browser, runPage, serve } from "./lib.mjs";
+import { BIN, HERE, WORK, browser, runPage, serve, sh } from "./lib.mjs";
 import { BUILDS } from "./builds.mjs";
 
 
@@ -67,27 +67,68 @@ for (const [name, buildApp] of Object.entries(BUILDS)) {
   });
 }
 
+/** Starts `cmd args` (a dev or production server on `port`) and waits until `url` answers. */
+async function startServer(cmd, args, url, env = {}) {
+  const { spawn } = await import("node:child_process");
+  const proc = spawn(cmd, args, { stdio: "ignore", env: { ...process.env, ...env } });
+  for (let i = 0; i < 600; i++) {
+    try {
+      if ((await fetch(url)).ok) return proc;
+    } catch {}
+    if (proc.exitCode !== null) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  proc.kill();
+  throw new Error(`${cmd} ${args.join(" ")} did not start`);
+}
+
+async function freePort() {
+  const { createServer } = await import("node:net");
+  return new Promise((r) => {
+    const s = createServer().listen(0, "127.0.0.1", () => {
+      const p = s.address().port;
+      s.close(() => r(p));
+    });
+  });
+}
+
+describe("next app (Next.js 16, Turbopack, a client component)", () => {
+  let proc;
+  let url;
+  const env = { NEXT_TELEMETRY_DISABLED: "1" };
+  before(async () => {
+    const dir = join(HERE, "next");
+    await sh(join(BIN, "next"), ["build", dir], { env });
+    const port = await freePort();
+    url = `http://127.0.0.1:${port}/`;
+    proc = await startServer(join(BIN, "next"), ["start", dir, "-H", "127.0.0.1", "-p", String(port)], url, env);
+  });
+  after(() => proc?.kill());
+
+  test("next build + next start: the same checks, cached after a reload", async () => {
+    const ctx = await (await browser()).newContext();
+    const page = await ctx.newPage();
+    try {
+      const first = await runPage(page, url);
+      checkHappyPath(first);
+      assert.equal(first.source, "engine");
+      const second = await runPage(page, url);
+      checkHappyPath(second);
+      assert.equal(second.source, "local");
+      console.log(`figures next: cold start to first vector ${first.firstVectorMs.toFixed(0)} ms, warm ${second.firstVectorMs.toFixed(0)} ms`);
+    } finally {
+      await ctx.close();
+    }
+  });
+});
+
 describe("vite dev server", () => {
   let proc;
   let url;
   before(async () => {
-    const { spawn } = await import("node:child_process");
-    const { createServer } = await import("node:net");
-    const port = await new Promise((r) => {
-      const s = createServer().listen(0, "127.0.0.1", () => {
-        const p = s.address().port;
-        s.close(() => r(p));
-      });
-    });
+    const port = await freePort();
     url = `http://127.0.0.1:${port}/`;
-    proc = spawn(join(BIN, "vite"), ["--config", join(HERE, "vite/vite.config.js"), "--host", "127.0.0.1", "--port", String(port), "--strictPort"], { stdio: "ignore" });
-    for (let i = 0; i < 300; i++) {
-      try {
-        if ((await fetch(url)).ok) return;
-      } catch {}
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    throw new Error("vite dev did not start");
+    proc = await startServer(join(BIN, "vite"), ["--config", join(HERE, "vite/vite.config.js"), "--host", "127.0.0.1", "--port", String(port), "--strictPort"], url);
   });
   after(() => proc?.kill());
 
