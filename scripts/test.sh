@@ -75,12 +75,24 @@ start_services() {
   curl -fsS "http://127.0.0.1:$sport/healthz" >/dev/null || { cat "$LOGDIR/server.log"; return 1; }
   export TERNFLOW_TEST_SERVER="http://127.0.0.1:$sport" TERNFLOW_TEST_TOKEN="$token"
 }
+# The npm package as its users meet it: packed, installed unchanged, built by Vite / webpack /
+# esbuild and run in headless Chromium, consumed by Node (ESM, CJS) and strict tsc, and the edge
+# Worker in real workerd (its remote-cache test uses the server started above).
+npm_package() {
+  local t0=$SECONDS
+  scripts/build-pkg.sh && tests/bundlers/prepare.sh &&
+    node --test --test-concurrency=1 tests/bundlers/
+  local rc=$?
+  echo "npm-package step took $((SECONDS - t0)) s"
+  return $rc
+}
 if start_services; then
   run browser wasm-pack --log-level warn test --headless --chrome --mode no-install
 else
   echo "could not start redis + ternflow serve for the browser tests"
   failed=$((failed + 1)); failed_steps+=("browser-services")
 fi
+run npm-package npm_package
 
 echo
 [ ${#failed_steps[@]} -eq 0 ] || echo "failed steps: ${failed_steps[*]}"

@@ -11,7 +11,8 @@ use ternflow_engine::Engine;
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 
-use crate::error::WorkerError;
+use crate::cancel::{Cancel, Deadline};
+use crate::error::{js_message, WorkerError};
 
 const MODEL_CACHE: &str = "ternflow-models";
 
@@ -38,6 +39,11 @@ impl LocalEngine {
         let id = engine.model_id().to_owned();
         *self.slot.borrow_mut() = Some(engine);
         Ok(id)
+    }
+
+    /// Makes `engine` the loaded one.
+    pub fn set(&self, engine: Engine) {
+        *self.slot.borrow_mut() = Some(engine);
     }
 
     /// Drops the loaded model.
@@ -92,12 +98,46 @@ async fn response_bytes(resp: &web_sys::Response) -> Result<Vec<u8>, WorkerError
     Ok(js_sys::Uint8Array::new(&buf).to_vec())
 }
 
-/// Fetches a model file, from the Cache API when it holds a copy with the right checksum, else
-/// from the network (then stores it in the cache). `sha256` (hex), when given, must match.
+/// A model file's bytes and where they came from.
+#[derive(Debug)]
+pub struct Fetched {
+    /// The file.
+    pub bytes: Vec<u8>,
+    /// `true`: from the Cache API; `false`: downloaded (not stored yet: see [`store_model`]).
+    pub from_cache: bool,
+}
+
+/// How a model download runs.
+pub struct FetchOptions<'a> {
+    /// The whole download's limit, ms (`0`: none).
+    pub timeout_ms: u64,
+    /// The page's cancellation, if it can cancel.
+    pub cancel: Option<&'a Cancel>,
+    /// Called as bytes arrive: `(loaded, total)` (`total` from `Content-Length`, if sent).
+    pub on_progress: &'a dyn Fn(u64, Option<u64>),
+}
+
+impl std::fmt::Debug for FetchOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FetchOptions")
+            .field("timeout_ms", &self.timeout_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Fetches a model file: from the Cache API when it holds a copy with the right checksum, else
+/// from the network, streamed (progress as it arrives). Nothing is stored here: the caller
+/// stores the bytes with [`store_model`] only once the engine has loaded them, so a 404 page, a
+/// dev server's HTML or a truncated file never lands in the cache.
 ///
 /// # Errors
-/// Network failures, a non-2xx answer, or a checksum mismatch.
-pub async fn fetch_model(url: &str, sha256: Option<&str>) -> Result<Vec<u8>, WorkerError> {
+/// [`WorkerError::HttpStatus`] for a non-2xx answer, [`WorkerError::Unreachable`],
+/// [`WorkerError::Timeout`], [`WorkerError::Aborted`], or [`WorkerError::ModelChecksum`].
+pub async fn fetch_model(
+    url: &str,
+    sha256: Option<&str>,
+    opts: &FetchOptions<'_>,
+) -> Result<Fetched, WorkerError> {
     let cache = cache_storage().await;
     if let Some(cache) = &cache {
         if let Ok(hit) = JsFuture::from(cache.match_with_str(url)).await {
@@ -106,27 +146,21 @@ pub async fn fetch_model(url: &str, sha256: Option<&str>) -> Result<Vec<u8>, Wor
                 match sha256 {
                     Some(want) if !sha256_hex(&bytes).eq_ignore_ascii_case(want) => {
                         // A stale or corrupt copy: drop it and download again.
-                        let _ = JsFuture::from(cache.delete_with_str(url)).await;
+                        evict_model(url).await;
                     }
-                    _ => return Ok(bytes),
+                    _ => {
+                        let n = bytes.len() as u64;
+                        (opts.on_progress)(n, Some(n));
+                        return Ok(Fetched {
+                            bytes,
+                            from_cache: true,
+                        });
+                    }
                 }
             }
         }
     }
-    let resp = gloo_net::http::Request::get(url)
-        .send()
-        .await
-        .map_err(|e| WorkerError::Core(Error::Unreachable(e.to_string())))?;
-    if !resp.ok() {
-        return Err(WorkerError::Js(format!(
-            "GET {url}: HTTP {}",
-            resp.status()
-        )));
-    }
-    let bytes = resp
-        .binary()
-        .await
-        .map_err(|e| WorkerError::Js(e.to_string()))?;
+    let bytes = download(url, opts).await?;
     if let Some(want) = sha256 {
         let got = sha256_hex(&bytes);
         if !got.eq_ignore_ascii_case(want) {
@@ -136,11 +170,120 @@ pub async fn fetch_model(url: &str, sha256: Option<&str>) -> Result<Vec<u8>, Wor
             });
         }
     }
-    if let Some(cache) = &cache {
-        let mut copy = bytes.clone();
+    Ok(Fetched {
+        bytes,
+        from_cache: false,
+    })
+}
+
+/// `GET url`, the body read chunk by chunk under one deadline.
+async fn download(url: &str, opts: &FetchOptions<'_>) -> Result<Vec<u8>, WorkerError> {
+    if let Some(c) = opts.cancel {
+        c.check(&format!("GET {url}"))?;
+    }
+    let deadline = Deadline::new(opts.timeout_ms);
+    deadline.attach(opts.cancel);
+    let fail = |e: JsValue| -> WorkerError {
+        if deadline.timed_out() {
+            WorkerError::Timeout {
+                url: url.to_owned(),
+                ms: deadline.ms(),
+            }
+        } else if opts.cancel.is_some_and(|c| c.is_cancelled()) {
+            WorkerError::Aborted(format!("GET {url}"))
+        } else {
+            WorkerError::Unreachable {
+                url: url.to_owned(),
+                message: js_message(&e),
+            }
+        }
+    };
+    let init = web_sys::RequestInit::new();
+    if let Some(s) = deadline.signal() {
+        init.set_signal(Some(&s));
+    }
+    let scope: web_sys::WorkerGlobalScope = js_sys::global().unchecked_into();
+    let resp: web_sys::Response = JsFuture::from(scope.fetch_with_str_and_init(url, &init))
+        .await
+        .map_err(fail)?
+        .unchecked_into();
+    if !resp.ok() {
+        return Err(WorkerError::HttpStatus {
+            url: url.to_owned(),
+            status: resp.status(),
+        });
+    }
+    let total = resp
+        .headers()
+        .get("content-length")
+        .ok()
+        .flatten()
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let Some(body) = resp.body() else {
+        return Ok(Vec::new());
+    };
+    let reader: web_sys::ReadableStreamDefaultReader = body.get_reader().unchecked_into();
+    let mut bytes = Vec::with_capacity(total.unwrap_or(0).min(256 << 20) as usize);
+    (opts.on_progress)(0, total);
+    loop {
+        let chunk = JsFuture::from(reader.read()).await.map_err(fail)?;
+        let done = js_sys::Reflect::get(&chunk, &JsValue::from_str("done"))
+            .map(|d| d.is_truthy())
+            .unwrap_or(true);
+        if done {
+            break;
+        }
+        let value = js_sys::Reflect::get(&chunk, &JsValue::from_str("value"))?;
+        bytes.extend_from_slice(&js_sys::Uint8Array::new(&value).to_vec());
+        (opts.on_progress)(bytes.len() as u64, total);
+    }
+    Ok(bytes)
+}
+
+/// Stores a model that loaded, so a reload does not download it again.
+pub async fn store_model(url: &str, bytes: &[u8]) {
+    if let Some(cache) = cache_storage().await {
+        let mut copy = bytes.to_vec();
         if let Ok(r) = web_sys::Response::new_with_opt_u8_array(Some(&mut copy)) {
             let _ = JsFuture::from(cache.put_with_str(url, &r)).await;
         }
     }
-    Ok(bytes)
+}
+
+/// Drops the cached copy of `url` (one that failed to load, or a stale one).
+pub async fn evict_model(url: &str) {
+    if let Some(cache) = cache_storage().await {
+        let _ = JsFuture::from(cache.delete_with_str(url)).await;
+    }
+}
+
+/// Fetches, loads and (when it loaded) caches the model at `url`; resolves to its model id. A
+/// copy that fails to load is evicted from the cache.
+///
+/// # Errors
+/// As [`fetch_model`], or [`WorkerError::BadModel`] naming the URL.
+pub async fn load_model_from(
+    engine: &LocalEngine,
+    url: &str,
+    sha256: Option<&str>,
+    opts: &FetchOptions<'_>,
+) -> Result<String, WorkerError> {
+    let fetched = fetch_model(url, sha256, opts).await?;
+    match Engine::from_bytes(&fetched.bytes) {
+        Ok(e) => {
+            if !fetched.from_cache {
+                store_model(url, &fetched.bytes).await;
+            }
+            let id = e.model_id().to_owned();
+            engine.set(e);
+            Ok(id)
+        }
+        Err(source) => {
+            evict_model(url).await;
+            Err(WorkerError::BadModel {
+                url: url.to_owned(),
+                source,
+            })
+        }
+    }
 }

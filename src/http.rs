@@ -4,10 +4,12 @@
 //! Status mapping: 409 on a lease or lock route is [`Error::LeaseLost`]; 409 on a cache put is a
 //! [`PutOutcome::Conflict`] carrying the stored entry; 409 on lock acquire means "held"; every
 //! other non-2xx is [`Error::Http`] with the protocol's code and `Retry-After`. A network failure
-//! is [`Error::Unreachable`]. Without a server (offline mode) the remote cache always misses, locks
+//! is [`Error::Unreachable`]; no answer within the request timeout (`requestTimeoutMs`, plus the
+//! long-poll wait for a claim) is [`Error::Http`] with status 408 and code `timeout` (retryable),
+//! the request aborted. Without a server (offline mode) the remote cache always misses, locks
 //! are granted locally, and the queue and backend are unreachable.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ops::Deref;
 use std::rc::Rc;
 
@@ -46,6 +48,8 @@ pub struct ClientInner {
     backend_model: RefCell<Option<String>>,
     /// The model this worker embeds with, named in claims (it fills in model-less jobs).
     claim_model: RefCell<Option<String>>,
+    /// Limit of one request, ms (`0`: none).
+    timeout_ms: Cell<u64>,
 }
 
 enum Method {
@@ -54,6 +58,9 @@ enum Method {
     Put,
     Delete,
 }
+
+/// Default limit of one request, ms.
+pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
 
 impl HttpClient {
     /// A client of the server at `base` (e.g. `http://127.0.0.1:8787`), or offline with `None`.
@@ -65,6 +72,7 @@ impl HttpClient {
                 worker: worker.to_owned(),
                 backend_model: RefCell::new(None),
                 claim_model: RefCell::new(None),
+                timeout_ms: Cell::new(DEFAULT_TIMEOUT_MS),
             }),
         }
     }
@@ -89,6 +97,11 @@ impl HttpClient {
     /// the tests to cut the network and bring it back.
     pub fn set_base(&self, base: Option<&str>) {
         *self.base.borrow_mut() = base.map(|b| b.trim_end_matches('/').to_owned());
+    }
+
+    /// Limits every request to `ms` (a claim adds its long-poll wait); `0` for no limit.
+    pub fn set_timeout_ms(&self, ms: u64) {
+        self.timeout_ms.set(ms);
     }
 
     /// The bearer token.
@@ -121,15 +134,43 @@ impl HttpClient {
         body: Option<&B>,
         trace: &str,
     ) -> Result<Response> {
-        let rb = self.builder(method, path, trace)?;
+        self.send_waiting(method, path, body, trace, 0).await
+    }
+
+    /// [`send`](Self::send) for a request the server may hold for `wait_ms` (a long poll).
+    async fn send_waiting<B: Serialize>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        trace: &str,
+        wait_ms: u64,
+    ) -> Result<Response> {
+        let limit = match self.timeout_ms.get() {
+            0 => 0,
+            ms => ms + wait_ms,
+        };
+        let deadline = crate::cancel::Deadline::new(limit);
+        let rb = self
+            .builder(method, path, trace)?
+            .abort_signal(deadline.signal().as_ref());
         let req = match body {
             Some(b) => rb.json(b),
             None => rb.build(),
         }
         .map_err(|e| Error::Protocol(e.to_string()))?;
-        req.send()
-            .await
-            .map_err(|e| Error::Unreachable(e.to_string()))
+        req.send().await.map_err(|e| {
+            if deadline.timed_out() {
+                Error::Http {
+                    status: 408,
+                    code: "timeout".into(),
+                    message: format!("{path}: no answer within {limit} ms"),
+                    retry_after_ms: None,
+                }
+            } else {
+                Error::Unreachable(e.to_string())
+            }
+        })
     }
 
     async fn json<T: DeserializeOwned>(resp: Response) -> Result<T> {
@@ -200,7 +241,7 @@ impl JobSource for HttpClient {
             model_id: self.claim_model.borrow().clone(),
         };
         let resp = self
-            .send(Method::Post, "/v1/jobs/claim", Some(&body), "")
+            .send_waiting(Method::Post, "/v1/jobs/claim", Some(&body), "", wait_ms)
             .await?;
         Ok(Self::expect_ok::<ClaimResponse>(resp, None).await?.jobs)
     }

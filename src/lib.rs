@@ -9,12 +9,16 @@
 //! - [`ternflow_core`] (`crates/core`): protocol types, the per-job pipeline, retry, breaker, caches
 //!   and the traits this crate implements. No web-sys.
 //! - [`ternflow_engine`] (`crates/engine`): the Ternlight inference engine. No web deps.
+//! - `byte_lru`: an in-memory local cache bounded by bytes, O(1) eviction (the `lru` crate).
 //! - wasm32 only, one adapter per file: `idb` (IndexedDB local cache over rexie), `local`
-//!   (IndexedDB, or a bounded in-memory LRU where there is none: edge isolates, Node), `http` (the
-//!   server's protocol over gloo-net: queue, remote cache, locks, backend embedder), `sse`
-//!   (`EventSource` wake-ups and invalidations), `clock` (`Date.now`, `setTimeout`), `engine_port`
+//!   (IndexedDB behind a hot `byte_lru`, or a `byte_lru` alone where there is no IndexedDB: edge
+//!   isolates, Node), `http` (the server's protocol over gloo-net: queue, remote cache, locks,
+//!   backend embedder), `sse` (`EventSource` wake-ups and invalidations), `clock` (`Date.now`,
+//!   `setTimeout`), `cancel` (timeouts and the page's `AbortSignal` for `fetch`), `engine_port`
 //!   (the in-wasm engine as an embedder; model loading through the Cache API), `worker` (the
-//!   message entry point), `engine_api` (the engine's own JS class), `error` (the one error enum).
+//!   message entry point), `settings` (the page's `config`: pipeline settings plus the adapter's,
+//!   unknown keys refused), `engine_api` (the engine's own JS class), `error` (the one error
+//!   enum).
 //! - `engine_api` (wasm32 only): the `#[wasm_bindgen]` surface of the engine (`TernflowEngine`).
 //!
 //! Nothing here touches `window`: every browser API is reached through the global scope, so the
@@ -23,6 +27,9 @@
 pub use ternflow_core as core;
 pub use ternflow_engine as engine;
 
+pub mod byte_lru;
+#[cfg(target_arch = "wasm32")]
+pub mod cancel;
 #[cfg(target_arch = "wasm32")]
 pub mod clock;
 #[cfg(target_arch = "wasm32")]
@@ -35,6 +42,8 @@ pub mod http;
 pub mod idb;
 #[cfg(target_arch = "wasm32")]
 pub mod local;
+#[cfg(target_arch = "wasm32")]
+pub mod settings;
 #[cfg(target_arch = "wasm32")]
 pub mod sse;
 #[cfg(target_arch = "wasm32")]

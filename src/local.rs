@@ -3,39 +3,47 @@
 //! IndexedDB transaction; IndexedDB keeps everything across reloads), otherwise a bounded
 //! in-memory LRU alone (edge isolates such as Cloudflare Workers, Node).
 
-use ternflow_core::memory::MemLocal;
 use ternflow_core::ports::LocalCache;
 use wasm_bindgen::JsValue;
 
+use crate::byte_lru::ByteLru;
 use crate::error::WorkerError;
 use crate::idb::IdbCache;
 
 /// Entries kept in memory in front of IndexedDB.
 pub const HOT_ENTRIES: usize = 2_048;
+/// Bytes kept in memory in front of IndexedDB.
+pub const HOT_BYTES: usize = 8 << 20;
 
 /// IndexedDB, or memory where there is no IndexedDB.
 #[derive(Debug)]
 pub enum AnyLocal {
     /// IndexedDB through rexie, behind an in-memory LRU of hot entries.
-    Idb(IdbCache, MemLocal),
+    Idb(IdbCache, ByteLru),
     /// In memory, for runtimes without IndexedDB (lost when the isolate ends).
-    Memory(MemLocal),
+    Memory(ByteLru),
 }
 
 impl AnyLocal {
     /// IndexedDB database `name` when the global scope has `indexedDB`, else memory; at most
-    /// `max_entries` either way.
+    /// `max_entries` either way, and in memory at most `max_bytes` (see [`ByteLru`]).
     ///
     /// # Errors
     /// When IndexedDB exists but refuses the open.
-    pub async fn open(name: &str, max_entries: u32) -> Result<Self, WorkerError> {
+    pub async fn open(name: &str, max_entries: u32, max_bytes: usize) -> Result<Self, WorkerError> {
         let has_idb = js_sys::Reflect::get(&js_sys::global(), &JsValue::from_str("indexedDB"))
             .is_ok_and(|v| !v.is_undefined() && !v.is_null());
         if has_idb {
-            let hot = MemLocal::new(HOT_ENTRIES.min(max_entries as usize));
+            let hot = ByteLru::new(
+                HOT_BYTES.min(max_bytes),
+                HOT_ENTRIES.min(max_entries as usize),
+            );
             Ok(AnyLocal::Idb(IdbCache::open(name, max_entries).await?, hot))
         } else {
-            Ok(AnyLocal::Memory(MemLocal::new(max_entries as usize)))
+            Ok(AnyLocal::Memory(ByteLru::new(
+                max_bytes,
+                max_entries as usize,
+            )))
         }
     }
 
@@ -44,6 +52,13 @@ impl AnyLocal {
         match self {
             AnyLocal::Idb(..) => "indexeddb",
             AnyLocal::Memory(_) => "memory",
+        }
+    }
+
+    /// The in-memory tier (the hot entries in front of IndexedDB, or the whole cache).
+    pub fn memory(&self) -> &ByteLru {
+        match self {
+            AnyLocal::Idb(_, m) | AnyLocal::Memory(m) => m,
         }
     }
 

@@ -16,11 +16,13 @@ use ternflow_core::{Adapters, Config, Pipeline, Ports};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
+use crate::cancel;
 use crate::clock::BrowserClock;
-use crate::engine_port::{fetch_model, LocalEngine};
+use crate::engine_port::{load_model_from, FetchOptions, LocalEngine};
 use crate::error::WorkerError;
 use crate::http::HttpClient;
 use crate::local::AnyLocal;
+use crate::settings::{parse_config, AdapterConfig};
 use crate::sse::SseWakeups;
 
 /// The browser's adapter types.
@@ -53,6 +55,22 @@ pub async fn browser_pipeline(
     db_name: &str,
     max_local_entries: u32,
 ) -> Result<Pipeline<Browser>, WorkerError> {
+    let max_bytes = STATE.with(|s| s.borrow().adapter.memory_cache_bytes);
+    browser_pipeline_bounded(server, engine, cfg, db_name, max_local_entries, max_bytes).await
+}
+
+/// [`browser_pipeline`] with the in-memory cache bounded to `max_bytes`.
+///
+/// # Errors
+/// When IndexedDB exists but cannot be opened.
+pub async fn browser_pipeline_bounded(
+    server: Option<&ServerOptions>,
+    engine: LocalEngine,
+    cfg: Config,
+    db_name: &str,
+    max_local_entries: u32,
+    max_bytes: usize,
+) -> Result<Pipeline<Browser>, WorkerError> {
     let mut cfg = cfg;
     if cfg.seed == 0 {
         // Entropy from the platform: workers started in the same millisecond (several tabs, or
@@ -73,7 +91,7 @@ pub async fn browser_pipeline(
         &cfg.worker_id,
     );
     client.set_claim_model(ternflow_core::ports::Embedder::model_id(&engine));
-    let local = AnyLocal::open(db_name, max_local_entries).await?;
+    let local = AnyLocal::open(db_name, max_local_entries, max_bytes).await?;
     Ok(Pipeline::new(
         Adapters {
             source: client.clone(),
@@ -100,6 +118,8 @@ struct State {
     running: Option<Running>,
     /// IndexedDB name and bound given at `init`, reused when the pipeline is rebuilt.
     db: Option<(String, u32)>,
+    /// The adapter's own settings from `init`'s `config`.
+    adapter: AdapterConfig,
 }
 
 fn db_settings() -> (String, u32) {
@@ -136,24 +156,44 @@ fn to_js(msg: &FromWorker) -> Result<JsValue, serde_wasm_bindgen::Error> {
 /// `Embedded` with each vector as a `Float32Array`: `postMessage` then copies one buffer per
 /// vector instead of cloning hundreds of numbers, and the page gets typed arrays directly.
 fn embedded_to_js(id: u32, embeddings: &[Embedding]) -> JsValue {
+    items_to_js(id, embeddings.iter().map(Ok))
+}
+
+/// `Embedded` with one item per text: `{vector, source}`, or `{error: {code, message,
+/// retryable}}` for a text that failed (`embedMany(texts, {settle: true})`).
+fn items_to_js<'a>(
+    id: u32,
+    items: impl ExactSizeIterator<Item = Result<&'a Embedding, &'a WorkerError>>,
+) -> JsValue {
     let set = |o: &js_sys::Object, k: &str, v: &JsValue| {
         // Setting a property on a fresh plain object cannot fail.
         let _ = js_sys::Reflect::set(o, &JsValue::from_str(k), v);
     };
-    let list = js_sys::Array::new_with_length(embeddings.len() as u32);
-    for (i, e) in embeddings.iter().enumerate() {
-        let item = js_sys::Object::new();
-        set(
-            &item,
-            "vector",
-            &js_sys::Float32Array::from(e.vector.as_slice()).into(),
-        );
-        let source = serde_json::to_value(e.source)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        set(&item, "source", &JsValue::from_str(&source));
-        list.set(i as u32, item.into());
+    let list = js_sys::Array::new_with_length(items.len() as u32);
+    for (i, item) in items.enumerate() {
+        let o = js_sys::Object::new();
+        match item {
+            Ok(e) => {
+                set(
+                    &o,
+                    "vector",
+                    &js_sys::Float32Array::from(e.vector.as_slice()).into(),
+                );
+                let source = serde_json::to_value(e.source)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                set(&o, "source", &JsValue::from_str(&source));
+            }
+            Err(e) => {
+                let err = js_sys::Object::new();
+                set(&err, "code", &JsValue::from_str(&e.code()));
+                set(&err, "message", &JsValue::from_str(&e.to_string()));
+                set(&err, "retryable", &JsValue::from_bool(e.is_retryable()));
+                set(&o, "error", &err.into());
+            }
+        }
+        list.set(i as u32, o.into());
     }
     let o = js_sys::Object::new();
     set(&o, "type", &JsValue::from_str("embedded"));
@@ -174,25 +214,110 @@ fn request_id(msg: &ToWorker) -> u32 {
 }
 
 /// Handles one message from the page and resolves to the reply (a `FromWorker` object).
+///
+/// Besides the [`ToWorker`] requests, the adapter answers `{type: "cancel", target}` (the page's
+/// `AbortSignal` fired for request `target`), reads `progress: true` on `loadModel` / `embed`
+/// (post `{type: "progress", id, phase, loaded, total}` events while it runs) and `settle: true`
+/// on `embed` (one result or error per text). Error replies carry `retryable`, and a download's
+/// its `url`.
 #[wasm_bindgen]
 pub async fn handle(data: JsValue) -> JsValue {
+    let field = |k: &str| js_sys::Reflect::get(&data, &JsValue::from_str(k)).ok();
+    if field("type").and_then(|t| t.as_string()).as_deref() == Some("cancel") {
+        if let Some(target) = field("target").and_then(|t| t.as_f64()) {
+            cancel::cancel(target as u32);
+        }
+        return JsValue::NULL;
+    }
+    let progress = field("progress").is_some_and(|p| p.is_truthy());
+    let settle = field("settle").is_some_and(|p| p.is_truthy());
     let msg: Result<ToWorker, _> = serde_wasm_bindgen::from_value(data);
-    let reply = match msg {
-        Err(e) => FromWorker::Error {
-            id: 0,
-            code: "bad_message".into(),
-            message: e.to_string(),
-        },
+    if let (true, Ok(ToWorker::Embed { id, texts })) = (settle, &msg) {
+        return match embed_texts(*id, texts, progress, true).await {
+            Ok(items) => items_to_js(*id, items.iter().map(Result::as_ref)),
+            Err(e) => error_to_js(*id, &e),
+        };
+    }
+    match msg {
+        Err(e) => error_to_js(0, &WorkerError::BadMessage(e.to_string())),
         Ok(msg) => {
             let id = request_id(&msg);
-            dispatch(msg).await.unwrap_or_else(|e| FromWorker::Error {
-                id,
-                code: e.code(),
-                message: e.to_string(),
-            })
+            match dispatch(msg, progress).await {
+                Ok(r) => to_js(&r).unwrap_or(JsValue::NULL),
+                Err(e) => error_to_js(id, &e),
+            }
         }
+    }
+}
+
+/// The `error` reply for request `id`, with `retryable` and (for a download) `url` beside the
+/// code and message.
+fn error_to_js(id: u32, e: &WorkerError) -> JsValue {
+    let reply = FromWorker::Error {
+        id,
+        code: e.code(),
+        message: e.to_string(),
     };
-    to_js(&reply).unwrap_or(JsValue::NULL)
+    let v = to_js(&reply).unwrap_or(JsValue::NULL);
+    let _ = js_sys::Reflect::set(
+        &v,
+        &JsValue::from_str("retryable"),
+        &JsValue::from_bool(e.is_retryable()),
+    );
+    if let Some(url) = e.url() {
+        let _ = js_sys::Reflect::set(&v, &JsValue::from_str("url"), &JsValue::from_str(url));
+    }
+    v
+}
+
+/// Embeds `texts` in order through the pipeline (request `id`, cancellable between texts).
+/// With `settle`, a text that fails is an `Err` item and the rest go on; without, the first
+/// failure fails the whole request. A cancellation always fails the whole request.
+async fn embed_texts(
+    id: u32,
+    texts: &[String],
+    progress: bool,
+    settle: bool,
+) -> Result<Vec<Result<Embedding, WorkerError>>, WorkerError> {
+    let p = pipeline()?;
+    let cancel = cancel::register(id);
+    let mut items = Vec::with_capacity(texts.len());
+    for (i, t) in texts.iter().enumerate() {
+        cancel.check(&format!("embed after {i} of {} texts", texts.len()))?;
+        let trace = ternflow_core::trace::TraceParent::new_root(p.rng()).header();
+        match p.resolve(t, None, &trace).await {
+            Ok(r) => items.push(Ok(Embedding {
+                vector: r.vector,
+                source: r.source,
+            })),
+            Err(e) if settle => items.push(Err(WorkerError::Core(e))),
+            Err(e) => return Err(e.into()),
+        }
+        if progress {
+            post_progress(id, "embed", i as u64 + 1, Some(texts.len() as u64));
+        }
+    }
+    Ok(items)
+}
+
+/// Posts a progress event for request `id` to the page (nothing where there is no page).
+fn post_progress(id: u32, phase: &str, loaded: u64, total: Option<u64>) {
+    let Ok(scope) = js_sys::global().dyn_into::<web_sys::DedicatedWorkerGlobalScope>() else {
+        return;
+    };
+    let o = js_sys::Object::new();
+    let set = |k: &str, v: JsValue| {
+        let _ = js_sys::Reflect::set(&o, &JsValue::from_str(k), &v);
+    };
+    set("type", JsValue::from_str("progress"));
+    set("id", JsValue::from(id));
+    set("phase", JsValue::from_str(phase));
+    set("loaded", JsValue::from(loaded as f64));
+    set(
+        "total",
+        total.map_or(JsValue::NULL, |t| JsValue::from(t as f64)),
+    );
+    let _ = scope.post_message(&o);
 }
 
 /// Loads a model from bytes into the worker's engine (for pages that fetch it themselves);
@@ -206,7 +331,7 @@ pub fn load_model_bytes(bytes: &[u8]) -> Result<String, JsError> {
     engine.load(bytes).map_err(|e| JsError::new(&e.to_string()))
 }
 
-async fn dispatch(msg: ToWorker) -> Result<FromWorker, WorkerError> {
+async fn dispatch(msg: ToWorker, progress: bool) -> Result<FromWorker, WorkerError> {
     match msg {
         ToWorker::Init {
             id,
@@ -215,17 +340,23 @@ async fn dispatch(msg: ToWorker) -> Result<FromWorker, WorkerError> {
             db_name,
             max_local_entries,
         } => {
-            let cfg: Config = match config {
-                Some(v) => serde_json::from_value(v)
-                    .map_err(|e| WorkerError::BadMessage(format!("config: {e}")))?,
-                None => Config::default(),
-            };
+            let (cfg, adapter) = parse_config(config)?;
             let engine = STATE.with(|s| s.borrow().engine.clone());
             let db = db_name.unwrap_or_else(|| DEFAULT_DB.to_owned());
             let max_local = max_local_entries.unwrap_or(DEFAULT_MAX_LOCAL);
-            let p = browser_pipeline(server.as_ref(), engine.clone(), cfg, &db, max_local).await?;
+            let p = browser_pipeline_bounded(
+                server.as_ref(),
+                engine.clone(),
+                cfg,
+                &db,
+                max_local,
+                adapter.memory_cache_bytes,
+            )
+            .await?;
+            p.source.set_timeout_ms(adapter.request_timeout_ms);
             STATE.with(|s| {
                 let mut s = s.borrow_mut();
+                s.adapter = adapter;
                 s.pipeline = Some(Rc::new(p));
                 s.db = Some((db, max_local));
             });
@@ -235,25 +366,29 @@ async fn dispatch(msg: ToWorker) -> Result<FromWorker, WorkerError> {
             })
         }
         ToWorker::LoadModel { id, url, sha256 } => {
-            let bytes = fetch_model(&url, sha256.as_deref()).await?;
-            let engine = STATE.with(|s| s.borrow().engine.clone());
-            let model_id = engine.load(&bytes)?;
+            let cancel = cancel::register(id);
+            let (engine, adapter) = STATE.with(|s| (s.borrow().engine.clone(), s.borrow().adapter));
+            let on_progress = |loaded, total| {
+                if progress {
+                    post_progress(id, "model", loaded, total);
+                }
+            };
+            let opts = FetchOptions {
+                timeout_ms: adapter.model_timeout_ms,
+                cancel: Some(&cancel),
+                on_progress: &on_progress,
+            };
+            let model_id = load_model_from(&engine, &url, sha256.as_deref(), &opts).await?;
             Ok(FromWorker::Ready {
                 id,
                 model_id: Some(model_id),
             })
         }
         ToWorker::Embed { id, texts } => {
-            let p = pipeline()?;
-            let mut embeddings = Vec::with_capacity(texts.len());
-            for t in &texts {
-                let trace = ternflow_core::trace::TraceParent::new_root(p.rng()).header();
-                let r = p.resolve(t, None, &trace).await?;
-                embeddings.push(Embedding {
-                    vector: r.vector,
-                    source: r.source,
-                });
-            }
+            let embeddings = embed_texts(id, &texts, progress, false)
+                .await?
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()?;
             Ok(FromWorker::Embedded { id, embeddings })
         }
         ToWorker::Start { id, concurrency } => {
@@ -349,6 +484,9 @@ async fn rebuild(p: &Pipeline<Browser>, cfg: Config) -> Result<Rc<Pipeline<Brows
     let engine = STATE.with(|s| s.borrow().engine.clone());
     let (db, max_local) = db_settings();
     let fresh = Rc::new(browser_pipeline(server.as_ref(), engine, cfg, &db, max_local).await?);
+    fresh
+        .source
+        .set_timeout_ms(STATE.with(|s| s.borrow().adapter.request_timeout_ms));
     STATE.with(|s| s.borrow_mut().pipeline = Some(fresh.clone()));
     Ok(fresh)
 }

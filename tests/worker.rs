@@ -468,7 +468,7 @@ async fn fenced_cache_put_with_an_older_fence_is_refused_with_the_newer_entry() 
 
 #[wasm_bindgen_test]
 async fn model_loads_from_a_url_then_from_the_cache_api_and_is_checked() {
-    use ternflow::engine_port::{fetch_model, sha256_hex};
+    use ternflow::engine_port::{load_model_from, sha256_hex, FetchOptions};
     use ternflow::error::WorkerError;
     use wasm_bindgen::{JsCast, JsValue};
     use wasm_bindgen_futures::JsFuture;
@@ -482,28 +482,83 @@ async fn model_loads_from_a_url_then_from_the_cache_api_and_is_checked() {
     JsFuture::from(caches.delete("ternflow-models"))
         .await
         .unwrap();
-
-    let sha = sha256_hex(MODEL);
-    let bytes = fetch_model(&url, Some(&sha)).await.expect("download");
-    assert!(bytes == MODEL, "the server's model file");
     let cache: web_sys::Cache = JsFuture::from(caches.open("ternflow-models"))
         .await
         .unwrap()
         .dyn_into()
         .unwrap();
-    let hit = JsFuture::from(cache.match_with_str(&url)).await.unwrap();
-    assert!(
-        hit.is_instance_of::<web_sys::Response>(),
-        "kept in the Cache API"
-    );
+    let cached = |u: String| {
+        let c = cache.clone();
+        async move {
+            JsFuture::from(c.match_with_str(&u))
+                .await
+                .unwrap()
+                .is_instance_of::<web_sys::Response>()
+        }
+    };
+    let seen = std::cell::RefCell::new(Vec::new());
+    let on_progress = |loaded: u64, total: Option<u64>| seen.borrow_mut().push((loaded, total));
+    let opts = FetchOptions {
+        timeout_ms: 60_000,
+        cancel: None,
+        on_progress: &on_progress,
+    };
+
+    let sha = sha256_hex(MODEL);
+    let engine = LocalEngine::new();
+    let id = load_model_from(&engine, &url, Some(&sha), &opts)
+        .await
+        .expect("download");
+    assert_eq!(Some(id), engine.model_id(), "the server's model file");
+    assert!(cached(url.clone()).await, "kept in the Cache API");
+    let last = *seen.borrow().last().unwrap();
+    assert_eq!(last.0, MODEL.len() as u64, "progress reaches the file size");
     // A second load comes from the cache (same bytes).
-    assert!(fetch_model(&url, Some(&sha)).await.unwrap() == MODEL);
+    let again = LocalEngine::new();
+    load_model_from(&again, &url, Some(&sha), &opts)
+        .await
+        .unwrap();
+    assert_eq!(again.model_id(), engine.model_id());
 
     // A checksum the file does not have is refused.
-    match fetch_model(&url, Some(&"0".repeat(64))).await {
+    match load_model_from(&LocalEngine::new(), &url, Some(&"0".repeat(64)), &opts).await {
         Err(WorkerError::ModelChecksum { actual, .. }) => assert_eq!(actual, sha),
-        other => panic!("wrong checksum accepted: {:?}", other.map(|b| b.len())),
+        other => panic!("wrong checksum accepted: {other:?}"),
     }
+
+    // A 404 is `http_404` naming the URL, and nothing is cached.
+    let missing = format!("{}/no-such-model.bin", server().url);
+    let e = load_model_from(&LocalEngine::new(), &missing, None, &opts)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "http_404", "{e}");
+    assert_eq!(e.url(), Some(missing.as_str()));
+    assert!(!cached(missing).await, "a 404 is not cached");
+
+    // A 200 that is not a model (a dev server's HTML, a JSON page) is `bad_model`, not cached.
+    let not_model = format!("{}/healthz", server().url);
+    let e = load_model_from(&LocalEngine::new(), &not_model, None, &opts)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "bad_model", "{e}");
+    assert!(e.to_string().contains(&not_model), "names the URL: {e}");
+    assert!(
+        !cached(not_model.clone()).await,
+        "a bad model is not cached"
+    );
+
+    // A bad copy already in the cache (stored by an older version) is evicted when it fails.
+    let mut junk = b"<!doctype html>".to_vec();
+    let r = web_sys::Response::new_with_opt_u8_array(Some(&mut junk)).unwrap();
+    JsFuture::from(cache.put_with_str(&url, &r)).await.unwrap();
+    let e = load_model_from(&LocalEngine::new(), &url, None, &opts)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "bad_model");
+    assert!(!cached(url.clone()).await, "the bad copy is evicted");
+    load_model_from(&LocalEngine::new(), &url, None, &opts)
+        .await
+        .expect("downloads again after the eviction");
 
     // A corrupt file is refused by the engine with a typed error; the slot stays empty.
     let e = LocalEngine::new();

@@ -1,43 +1,76 @@
 // The main-thread client: starts the Web Worker and turns its typed messages into promises.
-// Thin by design: every decision (caches, locks, retries, fallback) is made in Rust in the worker.
+// Thin by design: every decision (caches, locks, retries, fallback, timeouts) is made in Rust in
+// the worker. This file only keeps the promise book: ids, progress callbacks, AbortSignals.
 
-const DEFAULT_MODEL = "ternlight-int4.bin";
+import { TernflowError, cosineSim, rank } from "./common.js";
+
+export { TernflowError, cosineSim };
+
+// scripts/build-pkg.sh writes the shipped model's SHA-256 here: the default model is checked
+// before it is used or stored in the Cache API.
+const DEFAULT_MODEL_SHA256 = null;
+
+const OPTION_KEYS = [
+  "server", "token", "model", "config", "dbName", "maxLocalEntries", "workerUrl", "onProgress",
+  "signal",
+];
+const MODEL_KEYS = ["url", "sha256", "bytes", "onProgress", "signal"];
+
+function refuseUnknown(obj, known, what) {
+  for (const k of Object.keys(obj ?? {})) {
+    if (!known.includes(k)) {
+      throw new TernflowError("bad_config", `${what}: unknown key \`${k}\` (known: ${known.join(", ")})`);
+    }
+  }
+}
+
+function abortError(signal, what) {
+  const why = signal.reason instanceof Error ? signal.reason.message : String(signal.reason ?? "");
+  return new TernflowError("aborted", `${what} aborted${why ? `: ${why}` : ""}`, { cause: signal.reason });
+}
 
 /**
  * An embedding worker running the ternflow wasm in a dedicated Web Worker.
  * Emits `metrics` events (`event.detail` is a metrics snapshot) while the queue loop runs.
+ * See index.d.ts for the options.
  */
 export class EmbeddingWorker extends EventTarget {
   #worker;
   #next = 1;
   #pending = new Map();
   #options;
+  #dead = null;
 
-  /**
-   * @param {object} [options]
-   * @param {{url: string, token?: string} | string} [options.server] ternflow server (optional)
-   * @param {string} [options.token] bearer token when `server` is a URL string
-   * @param {{url?: string, sha256?: string, bytes?: ArrayBuffer} | false} [options.model]
-   *   the model: a URL (default: the model shipped beside this file), bytes, or `false` for none
-   * @param {object} [options.config] pipeline settings (see `Config` in ternflow-core)
-   * @param {string} [options.dbName] IndexedDB database name (default `ternflow`)
-   * @param {number} [options.maxLocalEntries] IndexedDB size bound
-   * @param {string | URL} [options.workerUrl] where worker.js is (default: beside this file)
-   */
   constructor(options = {}) {
     super();
+    refuseUnknown(options, OPTION_KEYS, "EmbeddingWorker options");
+    if (options.model) refuseUnknown(options.model, MODEL_KEYS, "model");
     this.#options = options;
-    this.#worker = new Worker(options.workerUrl ?? new URL("./worker.js", import.meta.url), {
-      type: "module",
-    });
+    // Two literal forms, so that Vite, webpack and others see (and emit) the worker.
+    this.#worker = options.workerUrl
+      ? new Worker(options.workerUrl, { type: "module" })
+      : new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
     this.#worker.onmessage = (event) => this.#receive(event.data);
     this.#worker.onerror = (event) => {
-      for (const p of this.#pending.values()) p.reject(new Error(event.message ?? "worker error"));
-      this.#pending.clear();
+      event.preventDefault?.();
+      this.#fail(new TernflowError(
+        "worker_failed",
+        `the worker failed: ${event.message || "it could not be loaded (is worker.js served, as JavaScript?)"}`,
+      ));
     };
-    this.ready = this.#init(normaliseServer(options.server, options.token)).then(() =>
-      options.model === false ? null : this.loadModel(options.model ?? {}),
+    const { onProgress, signal } = options;
+    this.ready = this.#init(normaliseServer(options.server, options.token), signal).then(() =>
+      options.model === false ? null : this.loadModel({ onProgress, signal, ...(options.model ?? {}) }),
     );
+    // `ready` rejecting is reported to whoever awaits it (or embeds); not as an unhandled rejection.
+    this.ready.catch(() => {});
+  }
+
+  #fail(err) {
+    this.#dead ??= err;
+    for (const p of this.#pending.values()) p.reject(err);
+    this.#pending.clear();
+    this.#worker.terminate();
   }
 
   #receive(msg) {
@@ -47,70 +80,126 @@ export class EmbeddingWorker extends EventTarget {
     }
     const p = this.#pending.get(msg.id);
     if (!p) return;
+    if (msg.type === "progress") {
+      p.onProgress?.({ phase: msg.phase, loaded: msg.loaded, total: msg.total ?? undefined });
+      return;
+    }
     this.#pending.delete(msg.id);
+    p.cleanup?.();
     if (msg.type === "error") {
-      const err = new Error(msg.message);
-      err.code = msg.code;
-      p.reject(err);
+      p.reject(new TernflowError(msg.code, msg.message, { url: msg.url, retryable: msg.retryable }));
     } else {
       p.resolve(msg);
     }
   }
 
-  #request(msg, transfer = []) {
+  #request(msg, { transfer = [], signal, onProgress, what = msg.type } = {}) {
+    if (this.#dead) return Promise.reject(this.#dead);
+    if (signal?.aborted) return Promise.reject(abortError(signal, what));
     const id = this.#next++;
     return new Promise((resolve, reject) => {
-      this.#pending.set(id, { resolve, reject });
-      this.#worker.postMessage({ ...msg, id }, transfer);
+      const entry = { resolve, reject, onProgress };
+      if (signal) {
+        const onAbort = () => {
+          this.#pending.delete(id);
+          this.#worker.postMessage({ type: "cancel", target: id });
+          reject(abortError(signal, what));
+        };
+        signal.addEventListener("abort", onAbort, { once: true });
+        entry.cleanup = () => signal.removeEventListener("abort", onAbort);
+      }
+      this.#pending.set(id, entry);
+      this.#worker.postMessage({ ...msg, id, progress: Boolean(onProgress) }, transfer);
     });
   }
 
-  #init(server) {
+  #init(server, signal) {
     const o = this.#options;
-    return this.#request({
-      type: "init",
-      server,
-      config: o.config ?? null,
-      dbName: o.dbName ?? null,
-      maxLocalEntries: o.maxLocalEntries ?? null,
-    });
+    return this.#request(
+      {
+        type: "init",
+        server,
+        config: o.config ?? null,
+        dbName: o.dbName ?? null,
+        maxLocalEntries: o.maxLocalEntries ?? null,
+      },
+      { signal },
+    );
   }
 
-  /** Loads a model from `{url, sha256}` (Cache API cached) or `{bytes}`; resolves to its id. */
-  async loadModel({ url, sha256, bytes } = {}) {
+  /**
+   * Loads a model from `{url, sha256}` (checked, then kept in the Cache API) or `{bytes}`;
+   * resolves to its id. Without a URL: the model shipped beside this file.
+   */
+  async loadModel({ url, sha256, bytes, onProgress, signal } = {}) {
     if (bytes) {
-      const copy = bytes instanceof ArrayBuffer ? bytes.slice(0) : new Uint8Array(bytes).buffer;
-      return (await this.#request({ type: "loadModelBytes", bytes: copy }, [copy])).modelId;
+      const copy = bytes instanceof ArrayBuffer ? bytes.slice(0) : new Uint8Array(bytes).slice().buffer;
+      return (await this.#request({ type: "loadModelBytes", bytes: copy }, { transfer: [copy], signal })).modelId;
     }
-    const href = new URL(url ?? DEFAULT_MODEL, import.meta.url).href;
-    return (await this.#request({ type: "loadModel", url: href, sha256: sha256 ?? null })).modelId;
+    const href = url
+      ? new URL(url, globalThis.location?.href ?? import.meta.url).href
+      : new URL("./ternlight-int4.bin", import.meta.url).href;
+    const want = sha256 ?? (url ? null : DEFAULT_MODEL_SHA256);
+    const r = await this.#request(
+      { type: "loadModel", url: href, sha256: want },
+      { signal, onProgress, what: `loading ${href}` },
+    );
+    return r.modelId;
   }
 
   /** Embeds one text (through the local and remote caches); resolves to a Float32Array. */
-  async embed(text) {
-    return (await this.embedMany([text]))[0];
+  async embed(text, { signal } = {}) {
+    return (await this.embedMany([text], { signal }))[0];
   }
 
-  /** Embeds several texts; resolves to Float32Arrays in order. */
-  async embedMany(texts) {
-    return (await this.embedDetailed(texts)).map((e) => e.vector);
+  /**
+   * Embeds several texts; resolves to Float32Arrays in order. With `settle: true`, one result
+   * per text instead, like `Promise.allSettled`: `{ status: "fulfilled", value }` or
+   * `{ status: "rejected", reason: TernflowError }` (one bad text does not fail the rest).
+   */
+  async embedMany(texts, options = {}) {
+    const items = await this.embedDetailed(texts, options);
+    if (!options.settle) return items.map((e) => e.vector);
+    return items.map((e) =>
+      e.error ? { status: "rejected", reason: e.error } : { status: "fulfilled", value: e.vector },
+    );
   }
 
-  /** Like embedMany, with where each vector came from (`local`, `remote`, `engine`, `backend`). */
-  async embedDetailed(texts) {
+  /**
+   * Like embedMany, with where each vector came from (`local`, `remote`, `engine`, `backend`);
+   * with `settle: true` a text that failed is `{ error: TernflowError }`.
+   */
+  async embedDetailed(texts, { signal, onProgress, settle = false } = {}) {
     await this.ready;
-    const r = await this.#request({ type: "embed", texts });
-    return r.embeddings.map((e) => ({
-      vector: e.vector instanceof Float32Array ? e.vector : Float32Array.from(e.vector),
-      source: e.source,
-    }));
+    const r = await this.#request({ type: "embed", texts, settle }, { signal, onProgress, what: "embed" });
+    return r.embeddings.map((e) =>
+      e.error
+        ? { error: new TernflowError(e.error.code, e.error.message, { retryable: e.error.retryable }) }
+        : {
+            vector: e.vector instanceof Float32Array ? e.vector : Float32Array.from(e.vector),
+            source: e.source,
+          },
+    );
   }
 
-  /** Starts queue mode: pull jobs from the server with at most `concurrency` in flight. */
-  async start({ server, token, concurrency } = {}) {
+  /**
+   * Ranks `corpus` by similarity to `query`: `[{ text, index, sim, score }]` (`score` is `sim`),
+   * best first, at most `topK`.
+   */
+  async similar(query, corpus, { topK = 5, signal } = {}) {
+    const [q, ...docs] = await this.embedMany([query, ...corpus], { signal });
+    return rank(q, docs, corpus, topK);
+  }
+
+  /**
+   * Starts queue mode: pull jobs from the server with at most `concurrency` in flight. When
+   * `signal` fires (before or after it started), queue mode stops.
+   */
+  async start({ server, token, concurrency, signal } = {}) {
     await this.ready;
-    if (server) await this.#init(normaliseServer(server, token));
-    await this.#request({ type: "start", concurrency: concurrency ?? null });
+    if (server) await this.#init(normaliseServer(server, token), signal);
+    await this.#request({ type: "start", concurrency: concurrency ?? null }, { signal, what: "start" });
+    signal?.addEventListener("abort", () => this.stop().catch(() => {}), { once: true });
   }
 
   /** Stops queue mode, finishing in-flight jobs for up to `deadline` ms; resolves to a summary. */
@@ -123,9 +212,9 @@ export class EmbeddingWorker extends EventTarget {
     return (await this.#request({ type: "stats" })).metrics;
   }
 
-  /** Ends the worker at once (no drain: prefer `stop` first in queue mode). */
+  /** Ends the worker at once (no drain: prefer `stop` first); pending calls reject `terminated`. */
   terminate() {
-    this.#worker.terminate();
+    this.#fail(new TernflowError("terminated", "the worker was terminated"));
   }
 }
 
@@ -135,18 +224,6 @@ function normaliseServer(server, token) {
   return { url: server.url, token: server.token ?? token ?? "" };
 }
 
-/** Cosine similarity of two vectors (1 for identical directions). */
-export function cosineSim(a, b) {
-  if (a.length !== b.length) throw new Error(`length mismatch: ${a.length} vs ${b.length}`);
-  let dot = 0, na = 0, nb = 0;
-  for (let i = 0; i < a.length; i++) {
-    dot += a[i] * b[i];
-    na += a[i] * a[i];
-    nb += b[i] * b[i];
-  }
-  return na && nb ? dot / Math.sqrt(na * nb) : 0;
-}
-
 let shared = null;
 function defaultWorker() {
   shared ??= new EmbeddingWorker();
@@ -154,19 +231,14 @@ function defaultWorker() {
 }
 
 /** Ternlight-compatible: embeds `text` with a shared default worker. */
-export function embed(text, { worker } = {}) {
-  return (worker ?? defaultWorker()).embed(text);
+export function embed(text, { worker, signal } = {}) {
+  return (worker ?? defaultWorker()).embed(text, { signal });
 }
 
 /**
  * Ternlight-compatible: ranks `corpus` (strings) by similarity to `query`.
- * Resolves to `[{ text, index, score }]`, best first, at most `topK`.
+ * Resolves to `[{ text, index, sim, score }]` (`score` = `sim`), best first, at most `topK`.
  */
-export async function similar(query, corpus, { topK = 5, worker } = {}) {
-  const w = worker ?? defaultWorker();
-  const [q, ...docs] = await w.embedMany([query, ...corpus]);
-  return docs
-    .map((v, index) => ({ text: corpus[index], index, score: cosineSim(q, v) }))
-    .sort((a, b) => b.score - a.score)
-    .slice(0, topK);
+export function similar(query, corpus, { topK = 5, worker, signal } = {}) {
+  return (worker ?? defaultWorker()).similar(query, corpus, { topK, signal });
 }

@@ -1,4 +1,9 @@
-// Type declarations for the ternflow npm package's main-thread API (client.js).
+// Type declarations for the ternflow npm package's main-thread API (client.js): browsers and
+// Web Workers (exports conditions `browser`, `worker`, `default`).
+
+import type { SimilarHit, TernflowError } from "./common.js";
+export { TernflowError, cosineSim } from "./common.js";
+export type { SimilarHit, TernflowErrorCode } from "./common.js";
 
 export type Source = "local" | "remote" | "engine" | "backend";
 
@@ -14,11 +19,34 @@ export interface ModelOptions {
   sha256?: string;
   /** The file's bytes, instead of a URL. */
   bytes?: ArrayBuffer | Uint8Array;
+  /** Download progress (bytes; `total` when the server sends `Content-Length`). */
+  onProgress?: (p: Progress) => void;
+  /** Cancels the download (`TernflowError` code `aborted`). */
+  signal?: AbortSignal;
 }
 
-/** Pipeline settings; every field is optional (see `Config` in ternflow-core for defaults). */
+/** A progress report: the model download (bytes) or an `embedMany` (texts). */
+export interface Progress {
+  phase: "model" | "embed";
+  loaded: number;
+  total?: number;
+}
+
+/** Backoff settings (`lockWait`, `retry`). */
+export interface BackoffConfig {
+  baseMs?: number;
+  maxMs?: number;
+  maxAttempts?: number;
+}
+
+/**
+ * Pipeline settings; every field is optional (see `Config` in ternflow-core for defaults).
+ * Unknown keys are refused (`TernflowError` code `bad_config`), so a typo does not pass silently.
+ */
 export interface WorkerConfig {
+  /** Default: a random `w-xxxxxxxx`, so every worker reports its own metrics. */
   workerId?: string;
+  /** Jobs in flight at once (default 16). */
   concurrency?: number;
   maxTextBytes?: number;
   localTtlMs?: number;
@@ -32,7 +60,19 @@ export interface WorkerConfig {
   breakerOpenMs?: number;
   backendRatePerS?: number;
   backendBurst?: number;
-  [key: string]: unknown;
+  lockWait?: BackoffConfig;
+  retry?: BackoffConfig;
+  seed?: number;
+  /** How long a finished job's ack waits for others to share its request, ms (default 2). */
+  ackLingerMs?: number;
+  /** Most acks in one `POST /v1/jobs/ack` (default 128). */
+  ackBatchMax?: number;
+  /** Limit of one request to the server, ms (a claim adds its long-poll wait; default 30 000). */
+  requestTimeoutMs?: number;
+  /** Limit of a whole model download, ms (default 120 000). */
+  modelTimeoutMs?: number;
+  /** Byte bound of the in-memory vector cache (default 32 MiB; at most 8 MiB of it in front of IndexedDB). */
+  memoryCacheBytes?: number;
 }
 
 export interface EmbeddingWorkerOptions {
@@ -42,7 +82,12 @@ export interface EmbeddingWorkerOptions {
   config?: WorkerConfig;
   dbName?: string;
   maxLocalEntries?: number;
+  /** Where worker.js is (default: beside client.js, in the form bundlers recognise). */
   workerUrl?: string | URL;
+  /** Progress of the model download behind `ready`. */
+  onProgress?: (p: Progress) => void;
+  /** Cancels `ready` (init and model download). */
+  signal?: AbortSignal;
 }
 
 export interface MetricsSnapshot {
@@ -60,24 +105,61 @@ export interface StopSummary {
   handedBack: number;
 }
 
+export interface EmbedManyOptions {
+  signal?: AbortSignal;
+  /** Called after each text (`phase: "embed"`, `loaded` of `total` texts). */
+  onProgress?: (p: Progress) => void;
+  /** One result per text instead of failing whole (see `EmbedResult`). */
+  settle?: boolean;
+}
+
+/** One text's outcome of `embedMany(texts, { settle: true })`, like `Promise.allSettled`. */
+export type EmbedResult =
+  | { status: "fulfilled"; value: Float32Array }
+  | { status: "rejected"; reason: TernflowError };
+
+/** One text's outcome of `embedDetailed(texts, { settle: true })`. */
+export type DetailedResult = { vector: Float32Array; source: Source } | { error: TernflowError };
+
+/**
+ * An embedding worker running the ternflow wasm in a dedicated Web Worker. Every failure is a
+ * `TernflowError` (see `TernflowErrorCode`).
+ */
 export class EmbeddingWorker extends EventTarget {
   constructor(options?: EmbeddingWorkerOptions);
-  /** Resolves once the worker is initialised and the model (if any) is loaded. */
+  /**
+   * Resolves once the worker is initialised and the model (if any) is loaded; rejects with a
+   * `TernflowError` naming the URL and the cause (`http_404`, `bad_model`, `bad_wasm`, ...).
+   */
   readonly ready: Promise<string | null>;
   loadModel(model?: ModelOptions): Promise<string>;
-  embed(text: string): Promise<Float32Array>;
-  embedMany(texts: string[]): Promise<Float32Array[]>;
-  embedDetailed(texts: string[]): Promise<{ vector: Float32Array; source: Source }[]>;
-  start(options?: { server?: ServerOptions | string; token?: string; concurrency?: number }): Promise<void>;
+  embed(text: string, options?: { signal?: AbortSignal }): Promise<Float32Array>;
+  embedMany(texts: string[], options: EmbedManyOptions & { settle: true }): Promise<EmbedResult[]>;
+  embedMany(texts: string[], options?: EmbedManyOptions & { settle?: false }): Promise<Float32Array[]>;
+  embedDetailed(texts: string[], options: EmbedManyOptions & { settle: true }): Promise<DetailedResult[]>;
+  embedDetailed(
+    texts: string[],
+    options?: EmbedManyOptions & { settle?: false },
+  ): Promise<{ vector: Float32Array; source: Source }[]>;
+  similar(query: string, corpus: string[], options?: { topK?: number; signal?: AbortSignal }): Promise<SimilarHit[]>;
+  start(options?: {
+    server?: ServerOptions | string;
+    token?: string;
+    concurrency?: number;
+    /** Stops queue mode when it fires. */
+    signal?: AbortSignal;
+  }): Promise<void>;
   stop(options?: { deadline?: number }): Promise<StopSummary>;
   stats(): Promise<MetricsSnapshot>;
+  /** Ends the worker at once; pending calls reject with code `terminated`. */
   terminate(): void;
 }
 
-export function cosineSim(a: ArrayLike<number>, b: ArrayLike<number>): number;
-export function embed(text: string, options?: { worker?: EmbeddingWorker }): Promise<Float32Array>;
+/** Ternlight-compatible: embeds `text` with a shared default worker. */
+export function embed(text: string, options?: { worker?: EmbeddingWorker; signal?: AbortSignal }): Promise<Float32Array>;
+/** Ternlight-compatible: ranks `corpus` by similarity to `query`, best first. */
 export function similar(
   query: string,
   corpus: string[],
-  options?: { topK?: number; worker?: EmbeddingWorker },
-): Promise<{ text: string; index: number; score: number }[]>;
+  options?: { topK?: number; worker?: EmbeddingWorker; signal?: AbortSignal },
+): Promise<SimilarHit[]>;

@@ -49,3 +49,71 @@ test("the message API reports typed errors", async () => {
   assert.equal(start.type, "error");
   assert.match(start.message, /needs a server/);
 });
+
+test("unknown config keys are refused with bad_config, naming the key", async () => {
+  const r = await bindings.handle({ type: "init", id: 11, config: { maxTextByte: 10 } });
+  assert.equal(r.type, "error");
+  assert.equal(r.code, "bad_config");
+  assert.match(r.message, /maxTextByte/);
+  const nested = await bindings.handle({ type: "init", id: 12, config: { retry: { maxAtempts: 1 } } });
+  assert.equal(nested.code, "bad_config");
+  assert.match(nested.message, /retry\.maxAtempts/);
+  const typed = await bindings.handle({ type: "init", id: 13, config: { requestTimeoutMs: "soon" } });
+  assert.equal(typed.code, "bad_config");
+});
+
+test("a server that never answers costs requestTimeoutMs, not forever", async () => {
+  const { createServer } = await import("node:http");
+  const held = [];
+  const srv = createServer((req, res) => held.push(res)); // never answers
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  try {
+    const init = await bindings.handle({
+      type: "init", id: 20, server: { url: `http://127.0.0.1:${srv.address().port}`, token: "t" },
+      config: { requestTimeoutMs: 300, retry: { baseMs: 1, maxMs: 1, maxAttempts: 1 } },
+    });
+    assert.equal(init.type, "ready", JSON.stringify(init));
+    const t0 = Date.now();
+    const r = await bindings.handle({ type: "embed", id: 21, texts: ["timeout check"] });
+    const ms = Date.now() - t0;
+    assert.ok(ms < 5_000, `answered in ${ms} ms`);
+    assert.ok(held.length >= 1, "the server was asked");
+    if (r.type === "error") assert.equal(r.code, "timeout", JSON.stringify(r));
+    else assert.equal(r.embeddings[0].source, "engine", "fell back to the engine after the timeout");
+  } finally {
+    for (const res of held) res.destroy();
+    srv.close();
+    await bindings.handle({ type: "init", id: 22 });
+  }
+});
+
+test("settle: one result or typed error per text; errors say whether they are retryable", async () => {
+  await bindings.handle({ type: "init", id: 30 });
+  const r = await bindings.handle({ type: "embed", id: 31, texts: ["fine", "x".repeat(20_000)], settle: true });
+  assert.equal(r.type, "embedded");
+  assert.equal(r.embeddings[0].vector.length > 0, true);
+  assert.equal(r.embeddings[1].error.code, "text_too_long");
+  assert.equal(r.embeddings[1].error.retryable, false);
+  const whole = await bindings.handle({ type: "embed", id: 32, texts: ["fine", "x".repeat(20_000)] });
+  assert.equal(whole.type, "error");
+  assert.equal(whole.code, "text_too_long");
+  assert.equal(whole.retryable, false);
+});
+
+test("the in-memory cache is bounded by bytes (memoryCacheBytes), least recently used out first", async () => {
+  await bindings.handle({ type: "init", id: 40 });
+  const probe = await bindings.handle({ type: "embed", id: 41, texts: ["probe"] });
+  const dim = probe.embeddings[0].vector.length;
+  // Room for two entries (key < 100 bytes + vector + the counted overhead), not three.
+  const bytes = 2 * (100 + 4 * dim + 96);
+  const init = await bindings.handle({ type: "init", id: 42, config: { memoryCacheBytes: bytes } });
+  assert.equal(init.type, "ready", JSON.stringify(init));
+  const src = async (t) => (await bindings.handle({ type: "embed", id: 43, texts: [t] })).embeddings[0].source;
+  assert.equal(await src("bound one"), "engine");
+  assert.equal(await src("bound two"), "engine");
+  assert.equal(await src("bound two"), "local");
+  assert.equal(await src("bound three"), "engine");
+  assert.equal(await src("bound one"), "engine", "the least recently used was evicted");
+  assert.equal(await src("bound three"), "local");
+  await bindings.handle({ type: "init", id: 44 });
+});

@@ -2,25 +2,93 @@
 // No Web Worker and no IndexedDB there: the same wasm falls back to an in-memory LRU for its local
 // cache, and still uses the server's remote cache and backend when `env.TERNFLOW_SERVER` is set.
 // `bindings` is the wasm-pack `--target web` module, `wasmModule` its compiled WebAssembly.Module,
-// `modelBytes` a TERN v1 file (bundlers hand both over as imports: see worker.mjs).
+// and the model either `modelBytes` (a TERN v1 file bundled with the Worker: see worker.mjs) or,
+// without them, fetched at run time by the wasm from `env.TERNFLOW_MODEL_URL` (default
+// `${TERNFLOW_SERVER}/v1/model`), checked (and against `env.TERNFLOW_MODEL_SHA256` when set),
+// and kept in the Cache API (see worker-remote-model.mjs).
 
 export function createHandler({ bindings, wasmModule, modelBytes }) {
+  return createWorker({ bindings, wasmModule, modelBytes }).fetch;
+}
+
+/**
+ * `{ fetch, queue }` for `export default`: `fetch` as in `createHandler`; `queue(batch, env)`
+ * embeds each message's `{"texts": [...]}` (or a string) through the same pipeline (so the vectors
+ * land in the caches), acks what succeeded, retries a message whose failure is retryable (the
+ * wasm says which) until `env.TERNFLOW_QUEUE_MAX_ATTEMPTS` (default 3) deliveries, and reports
+ * the rest (acked, logged with `console.error` as one JSON line) so a poisoned message does not
+ * block the queue. Resolves to the batch's summary.
+ */
+export function createWorker({ bindings, wasmModule, modelBytes }) {
   let ready = null;
   const setup = (env) =>
     (ready ??= (async () => {
       bindings.initSync({ module: wasmModule });
-      bindings.loadModelBytes(new Uint8Array(modelBytes));
       const server = env?.TERNFLOW_SERVER
         ? { url: env.TERNFLOW_SERVER, token: env.TERNFLOW_TOKEN ?? "" }
         : null;
       const r = await bindings.handle({ type: "init", id: 0, server, config: { workerId: "edge" } });
-      if (r.type === "error") throw new Error(`${r.code}: ${r.message}`);
-    })());
+      if (r.type === "error") throw Object.assign(new Error(r.message), { code: r.code });
+      if (modelBytes) {
+        bindings.loadModelBytes(new Uint8Array(modelBytes));
+      } else {
+        const url = env?.TERNFLOW_MODEL_URL ?? (server ? `${server.url.replace(/\/$/, "")}/v1/model` : null);
+        if (!url) throw Object.assign(new Error("no model: set TERNFLOW_MODEL_URL (or TERNFLOW_SERVER)"), { code: "no_model" });
+        const m = await bindings.handle({ type: "loadModel", id: 0, url, sha256: env?.TERNFLOW_MODEL_SHA256 ?? null });
+        if (m.type === "error") throw Object.assign(new Error(m.message), { code: m.code });
+      }
+    })().catch((e) => {
+      ready = null; // the next request tries again (a model host that was down may be back)
+      throw e;
+    }));
 
   const error = (status, code, message) => Response.json({ error: { code, message } }, { status });
 
-  return async function fetch(request, env) {
-    await setup(env);
+  async function queue(batch, env) {
+    const summary = { acked: 0, retried: 0, reported: [] };
+    try {
+      await setup(env);
+    } catch (e) {
+      // Nothing in this batch can run (no model yet): deliver it again later.
+      batch.retryAll();
+      summary.retried = batch.messages.length;
+      console.error(JSON.stringify({ ternflow: "queue_setup_failed", code: e.code, message: String(e.message ?? e) }));
+      return summary;
+    }
+    const maxAttempts = Number(env?.TERNFLOW_QUEUE_MAX_ATTEMPTS ?? 3);
+    for (const m of batch.messages) {
+      const texts = typeof m.body === "string" ? [m.body] : m.body?.texts;
+      let r;
+      if (!Array.isArray(texts) || !texts.every((t) => typeof t === "string")) {
+        r = { type: "error", code: "bad_request", message: 'a message is a string or {"texts": [strings]}', retryable: false };
+      } else {
+        r = await bindings.handle({ type: "embed", id: 2, texts });
+      }
+      if (r.type !== "error") {
+        m.ack();
+        summary.acked++;
+      } else if (r.retryable && m.attempts < maxAttempts) {
+        m.retry();
+        summary.retried++;
+      } else {
+        m.ack();
+        const report = { id: m.id, attempts: m.attempts, code: r.code, message: r.message };
+        summary.reported.push(report);
+        console.error(JSON.stringify({ ternflow: "queue_message_failed", ...report }));
+      }
+    }
+    return summary;
+  }
+
+  return { fetch, queue };
+
+  async function fetch(request, env) {
+    try {
+      await setup(env);
+    } catch (e) {
+      // A model or wasm that cannot load: the request says why.
+      return error(503, e.code ?? "bad_model", String(e.message ?? e));
+    }
     if (request.method !== "POST") return error(405, "method_not_allowed", 'POST {"texts": [...]}');
     let body;
     try {
@@ -37,5 +105,5 @@ export function createHandler({ bindings, wasmModule, modelBytes }) {
       vectors: r.embeddings.map((e) => Array.from(e.vector)),
       sources: r.embeddings.map((e) => e.source),
     });
-  };
+  }
 }

@@ -3,8 +3,6 @@
 import * as bindings from "../ternflow.js";
 import wasmModule from "../ternflow_bg.wasm";
 import modelBytes from "../ternlight-int4.bin";
-import { createHandler } from "./handler.mjs";
+import { createWorker } from "./handler.mjs";
 
-const handle = createHandler({ bindings, wasmModule, modelBytes });
-
-export default { fetch: (request, env) => handle(request, env) };
+export default createWorker({ bindings, wasmModule, modelBytes });

@@ -1,0 +1,5 @@
+import Fixture from "./fixture";
+
+export default function Page() {
+  return <Fixture />;
+}
