@@ -5,8 +5,16 @@
 //! index on `used_at` for least-recently-used eviction. Every method opens and finishes its own
 //! transaction: a transaction is never held across any other `.await` (IndexedDB auto-commits an
 //! idle transaction, and a network round trip would do exactly that).
+//!
+//! Writes are grouped: a `put` joins a queue, and one task writes everything queued in one
+//! transaction (then whatever queued meanwhile, in the next one), so jobs finishing together pay
+//! one IndexedDB transaction instead of one each. Each `put` still resolves only once its record
+//! is committed.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use futures_channel::oneshot;
 
 use rexie::{Index, ObjectStore, Rexie, TransactionMode};
 use ternflow_core::ports::LocalCache;
@@ -30,6 +38,9 @@ pub enum IdbError {
     /// A stored record did not have the expected shape.
     #[error("indexeddb record: {0}")]
     Decode(String),
+    /// The grouped write carrying this record failed.
+    #[error("indexeddb write: {0}")]
+    Write(String),
 }
 
 impl From<IdbError> for ternflow_core::Error {
@@ -54,6 +65,12 @@ pub struct Record {
 /// A handle on the IndexedDB database holding cached vectors.
 #[derive(Debug)]
 pub struct IdbCache {
+    inner: Rc<Inner>,
+}
+
+type WriteReply = oneshot::Sender<Result<(), String>>;
+
+struct Inner {
     db: Rexie,
     max_entries: u32,
     evicted: Cell<u64>,
@@ -61,6 +78,19 @@ pub struct IdbCache {
     /// the exact count, one more IndexedDB request per put, is only taken near the bound.
     upper_bound: Cell<Option<u32>>,
     last_expiry: Cell<Option<u64>>,
+    /// Records waiting for the writer task, each with whom to tell.
+    queued: RefCell<Vec<(Record, WriteReply)>>,
+    /// Whether the writer task runs.
+    writing: Cell<bool>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdbCache")
+            .field("max_entries", &self.max_entries)
+            .field("queued", &self.queued.borrow().len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl IdbCache {
@@ -80,11 +110,15 @@ impl IdbCache {
             .build()
             .await?;
         Ok(Self {
-            db,
-            max_entries: max_entries.max(1),
-            evicted: Cell::new(0),
-            upper_bound: Cell::new(None),
-            last_expiry: Cell::new(None),
+            inner: Rc::new(Inner {
+                db,
+                max_entries: max_entries.max(1),
+                evicted: Cell::new(0),
+                upper_bound: Cell::new(None),
+                last_expiry: Cell::new(None),
+                queued: RefCell::new(Vec::new()),
+                writing: Cell::new(false),
+            }),
         })
     }
 
@@ -98,16 +132,53 @@ impl IdbCache {
     }
 
     /// Stores `record`, replacing any record with the same key, then evicts the least recently
-    /// used records beyond the bound — all in one transaction.
+    /// used records beyond the bound. Grouped with the other records queued at the same time into
+    /// one transaction (see the [module docs](self)); resolves once it is committed.
     ///
     /// # Errors
-    /// Fails when the write transaction fails.
+    /// Fails when the write transaction carrying it fails.
     pub async fn put_record(&self, record: &Record) -> Result<(), IdbError> {
-        let value = encode(record);
+        let (reply, done) = oneshot::channel();
+        self.inner.queued.borrow_mut().push((record.clone(), reply));
+        if !self.inner.writing.replace(true) {
+            // A task of its own, not this caller's future: a caller that is dropped (its job
+            // lost the lease) must not strand the records queued behind it.
+            let inner = self.inner.clone();
+            wasm_bindgen_futures::spawn_local(async move { inner.write_queued().await });
+        }
+        match done.await {
+            Ok(r) => r.map_err(IdbError::Write),
+            Err(_) => Err(IdbError::Write("the writer stopped".into())),
+        }
+    }
+}
+
+impl Inner {
+    /// Writes what is queued, one transaction per round, until the queue is empty.
+    async fn write_queued(&self) {
+        loop {
+            let batch: Vec<(Record, WriteReply)> = self.queued.borrow_mut().drain(..).collect();
+            if batch.is_empty() {
+                self.writing.set(false);
+                return;
+            }
+            let records: Vec<&Record> = batch.iter().map(|(r, _)| r).collect();
+            let result = self.put_records(&records).await.map_err(|e| e.to_string());
+            for (_, reply) in batch {
+                let _ = reply.send(result.clone());
+            }
+        }
+    }
+
+    /// Stores `records` and evicts beyond the bound, in one transaction.
+    async fn put_records(&self, records: &[&Record]) -> Result<(), IdbError> {
         let tx = self.db.transaction(&[STORE], TransactionMode::ReadWrite)?;
         let store = tx.store(STORE)?;
-        store.put(&value, None).await?;
-        let bound = self.upper_bound.get().map(|n| n.saturating_add(1));
+        for r in records {
+            store.put(&encode(r), None).await?;
+        }
+        let added = u32::try_from(records.len()).unwrap_or(u32::MAX);
+        let bound = self.upper_bound.get().map(|n| n.saturating_add(added));
         let n = match bound {
             Some(n) if n <= self.max_entries => n,
             _ => store.count(None).await?,
@@ -129,13 +200,18 @@ impl IdbCache {
         self.upper_bound.set(Some(kept));
         Ok(())
     }
+}
 
+impl IdbCache {
     /// Reads the record stored under `key`, if any (expired or not).
     ///
     /// # Errors
     /// Fails when the read fails or the stored value is not a [`Record`].
     pub async fn get_record(&self, key: &str) -> Result<Option<Record>, IdbError> {
-        let tx = self.db.transaction(&[STORE], TransactionMode::ReadOnly)?;
+        let tx = self
+            .inner
+            .db
+            .transaction(&[STORE], TransactionMode::ReadOnly)?;
         let value = tx.store(STORE)?.get(JsValue::from_str(key)).await?;
         // A read-only transaction with nothing left to do completes by itself: waiting for its
         // `complete` event would only add a round trip to every hit.
@@ -151,7 +227,10 @@ impl IdbCache {
     /// # Errors
     /// Fails when the count request fails.
     pub async fn count(&self) -> Result<u32, IdbError> {
-        let tx = self.db.transaction(&[STORE], TransactionMode::ReadOnly)?;
+        let tx = self
+            .inner
+            .db
+            .transaction(&[STORE], TransactionMode::ReadOnly)?;
         let n = tx.store(STORE)?.count(None).await?;
         tx.done().await?;
         Ok(n)
@@ -159,11 +238,14 @@ impl IdbCache {
 
     /// Records evicted by the size bound since this handle opened.
     pub fn evicted(&self) -> u64 {
-        self.evicted.get()
+        self.inner.evicted.get()
     }
 
     async fn delete_keys(&self, keys: &[String]) -> Result<(), IdbError> {
-        let tx = self.db.transaction(&[STORE], TransactionMode::ReadWrite)?;
+        let tx = self
+            .inner
+            .db
+            .transaction(&[STORE], TransactionMode::ReadWrite)?;
         let store = tx.store(STORE)?;
         for k in keys {
             store.delete(JsValue::from_str(k)).await?;
@@ -172,9 +254,11 @@ impl IdbCache {
         Ok(())
     }
 
-    /// Closes the database connection.
+    /// Closes the database connection (once no grouped write holds it).
     pub fn close(self) {
-        self.db.close();
+        if let Ok(inner) = Rc::try_unwrap(self.inner) {
+            inner.db.close();
+        }
     }
 }
 
@@ -221,14 +305,14 @@ impl IdbCache {
     /// The expiry (Unix ms) of the record the last successful [`LocalCache::get`] returned, so a
     /// memory layer in front can keep the same deadline.
     pub fn last_expiry(&self) -> Option<u64> {
-        self.last_expiry.get()
+        self.inner.last_expiry.get()
     }
 }
 
 impl LocalCache for IdbCache {
     async fn get(&self, key: &str, now_ms: u64) -> ternflow_core::Result<Option<Vec<f32>>> {
         let now = now_ms as f64;
-        self.last_expiry.set(None);
+        self.inner.last_expiry.set(None);
         let Some(mut rec) = self.get_record(key).await? else {
             return Ok(None);
         };
@@ -240,7 +324,7 @@ impl LocalCache for IdbCache {
             rec.used_at = now;
             self.put_record(&rec).await?;
         }
-        self.last_expiry.set(Some(rec.expires_at as u64));
+        self.inner.last_expiry.set(Some(rec.expires_at as u64));
         Ok(Some(rec.vector))
     }
 

@@ -159,8 +159,18 @@ async fn miss_then_local_hit_then_remote_hit_in_another_worker() {
 #[wasm_bindgen_test]
 async fn two_workers_on_one_key_embed_once() {
     let text = uniq("single flight");
-    let a = pipeline(&uniq("sf-a"), Config::default()).await;
-    let b = pipeline(&uniq("sf-b"), Config::default()).await;
+    // The waiter gives up and embeds itself after its lock-wait budget (a deliberate fallback);
+    // on a loaded CI machine the default ≈ 2 s budget was seen to run out, so give it ≈ 20 s.
+    let cfg = Config {
+        lock_wait: Backoff {
+            base_ms: 20,
+            max_ms: 500,
+            max_attempts: 60,
+        },
+        ..Config::default()
+    };
+    let a = pipeline(&uniq("sf-a"), cfg.clone()).await;
+    let b = pipeline(&uniq("sf-b"), cfg).await;
     let (ra, rb) = join(a.resolve(&text, None, ""), b.resolve(&text, None, "")).await;
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
     assert_eq!(ra.vector, rb.vector);
