@@ -17,8 +17,11 @@ use percent_encoding::percent_decode_str;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::clock::Clock;
 use crate::error::Error;
+use crate::jwt::Keys;
 use crate::limits::{Caller, Limits};
+use crate::tenants::DEFAULT_TENANT;
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -41,7 +44,7 @@ impl Role {
         }
     }
 
-    fn parse(s: &str) -> Option<Role> {
+    pub(crate) fn parse(s: &str) -> Option<Role> {
         match s.trim() {
             "producer" => Some(Role::Producer),
             "worker" => Some(Role::Worker),
@@ -136,6 +139,8 @@ impl Tokens {
 #[derive(Debug, Clone)]
 pub struct Gate {
     pub(crate) tokens: Arc<Tokens>,
+    pub(crate) keys: Arc<Keys>,
+    pub(crate) clock: Arc<dyn Clock>,
     pub(crate) limits: Arc<Limits>,
     pub(crate) roles: &'static [Role],
     pub(crate) allow_query_token: bool,
@@ -177,16 +182,24 @@ pub async fn gate(State(g): State<Gate>, mut req: Request, next: Next) -> Result
         None if g.allow_query_token => query_token(req.uri().query()),
         None => None,
     };
-    let (role, key) = token
-        .as_deref()
-        .and_then(|t| g.tokens.lookup(t))
-        .ok_or(Error::Unauthorized)?;
+    let token = token.ok_or(Error::Unauthorized)?;
+    let (role, key, tenant) = if token.matches('.').count() == 2 && !g.keys.is_empty() {
+        // A signed token: its role and tenant are its claims.
+        let v = g
+            .keys
+            .verify(&token, g.clock.now_ms() / 1_000)
+            .map_err(|e| Error::BadToken(e.to_string()))?;
+        (v.role, digest(&token), Arc::from(v.tenant.as_str()))
+    } else {
+        let (role, key) = g.tokens.lookup(&token).ok_or(Error::Unauthorized)?;
+        (role, key, Arc::from(DEFAULT_TENANT))
+    };
     if role != Role::Admin && !g.roles.contains(&role) {
         return Err(Error::Forbidden(
             g.roles.first().map_or("admin", |r| r.as_str()),
         ));
     }
-    let caller = Caller { key };
+    let caller = Caller { key, tenant };
     g.limits.check_rate(&caller)?;
     req.extensions_mut().insert(caller);
     Ok(next.run(req).await)

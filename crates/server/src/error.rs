@@ -24,6 +24,9 @@ pub enum Error {
     /// 401: no token, or an unknown one.
     #[error("missing or unknown bearer token")]
     Unauthorized,
+    /// 401: a signed token that is expired, not yet valid, badly signed or malformed.
+    #[error("{0}")]
+    BadToken(String),
     /// 403: the token's role may not use this route.
     #[error("this route needs the {0} role")]
     Forbidden(&'static str),
@@ -119,7 +122,7 @@ impl Error {
     pub fn status(&self) -> StatusCode {
         match self {
             Error::BadRequest { .. } => StatusCode::BAD_REQUEST,
-            Error::Unauthorized => StatusCode::UNAUTHORIZED,
+            Error::Unauthorized | Error::BadToken(_) => StatusCode::UNAUTHORIZED,
             Error::Forbidden(_) => StatusCode::FORBIDDEN,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -138,6 +141,7 @@ impl Error {
             | Error::Conflict { code, .. }
             | Error::TooLarge { code, .. } => code,
             Error::Unauthorized => "unauthorized",
+            Error::BadToken(_) => "bad_token",
             Error::Forbidden(_) => "forbidden",
             Error::NotFound(_) => "not_found",
             Error::MethodNotAllowed => "method_not_allowed",

@@ -32,6 +32,7 @@ pub mod config;
 pub mod embed;
 pub mod error;
 mod extract;
+pub mod jwt;
 mod limits;
 pub mod metrics;
 mod queue;
@@ -40,6 +41,7 @@ mod serve;
 pub mod sse;
 pub mod state;
 pub mod store;
+pub mod tenants;
 
 pub use auth::{Role, Tokens};
 pub use clock::{Clock, FakeClock, SystemClock};

@@ -11,10 +11,11 @@ use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use crate::config::Config;
 use crate::error::{Error, Result};
 
-/// Who is calling: the token's digest, put on the request by the auth gate.
-#[derive(Debug, Clone, Copy)]
+/// Who is calling: the token's digest and tenant, put on the request by the auth gate.
+#[derive(Debug, Clone)]
 pub(crate) struct Caller {
     pub(crate) key: [u8; 32],
+    pub(crate) tenant: Arc<str>,
 }
 
 /// See the [module docs](self).

@@ -9,10 +9,12 @@ use crate::auth::Tokens;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::embed::{Batcher, Embedder};
+use crate::jwt::Keys;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::sse::Hub;
 use crate::store::Store;
+use crate::tenants::{StoreFactory, Tenant, Tenants, DEFAULT_TENANT};
 
 /// How often expired cache entries and locks are swept.
 pub const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
@@ -36,6 +38,10 @@ pub struct AppState {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) config: Arc<Config>,
     pub(crate) tokens: Arc<Tokens>,
+    pub(crate) keys: Arc<Keys>,
+    pub(crate) tenants: Arc<Tenants>,
+    /// The tenant this state serves (`default`, or the caller's inside a handler).
+    pub(crate) tenant: Arc<str>,
     pub(crate) limits: Arc<Limits>,
     pub(crate) hub: Arc<Hub>,
     pub(crate) metrics: Arc<Metrics>,
@@ -66,12 +72,22 @@ impl AppState {
         let hub = Hub::start(store.as_ref(), config.event_ring);
         let (shutdown, _) = watch::channel(false);
         let cfg_limits = config.clone();
+        let ring = config.event_ring;
         AppState {
-            store,
+            store: store.clone(),
             clock: Arc::new(SystemClock),
             config: Arc::new(config),
             limits: Arc::new(Limits::new(&cfg_limits)),
             tokens: Arc::new(tokens),
+            keys: Arc::new(Keys::default()),
+            tenants: Arc::new(Tenants::new(
+                Tenant {
+                    store: store.clone(),
+                    hub: hub.clone(),
+                },
+                ring,
+            )),
+            tenant: Arc::from(DEFAULT_TENANT),
             hub,
             metrics: Arc::new(Metrics::default()),
             embed: None,
@@ -85,7 +101,7 @@ impl AppState {
     /// Every [`SWEEP_EVERY`], removes expired cache entries and locks from the store (Redis
     /// expires them itself), until shutdown.
     pub(crate) fn start_sweeper(&self) {
-        let store = self.store.clone();
+        let tenants = self.tenants.clone();
         let clock = self.clock.clone();
         let metrics = self.metrics.clone();
         let limits = self.limits.clone();
@@ -97,12 +113,34 @@ impl AppState {
                     _ = stop.changed() => return,
                 }
                 limits.tidy();
-                match store.sweep(clock.now_ms(), SWEEP_BATCH).await {
-                    Ok(n) => metrics.add(|c| &c.cache_swept, n),
-                    Err(e) => tracing::warn!(error = %e, "sweep of expired entries failed"),
+                for t in tenants.all().await {
+                    match t.store.sweep(clock.now_ms(), SWEEP_BATCH).await {
+                        Ok(n) => metrics.add(|c| &c.cache_swept, n),
+                        Err(e) => tracing::warn!(error = %e, "sweep of expired entries failed"),
+                    }
                 }
             }
         });
+    }
+
+    /// Accepts tokens signed with `keys` (short-lived, per tenant; see [`crate::jwt`]).
+    pub fn with_keys(mut self, keys: Keys) -> Self {
+        self.keys = Arc::new(keys);
+        self
+    }
+
+    /// Serves tenants other than `default`, each with the store `factory` makes for it.
+    pub fn with_tenant_stores(mut self, factory: StoreFactory) -> Self {
+        let t = Tenants::new(
+            Tenant {
+                store: self.store.clone(),
+                hub: self.hub.clone(),
+            },
+            self.config.event_ring,
+        )
+        .with_factory(factory);
+        self.tenants = Arc::new(t);
+        self
     }
 
     /// Uses `clock` for every time decision (tests pass a [`crate::clock::FakeClock`]).
@@ -192,5 +230,7 @@ impl AppState {
     pub fn begin_shutdown(&self) {
         self.shutdown.send_replace(true);
         self.hub.wake_all();
+        let tenants = self.tenants.clone();
+        tokio::spawn(async move { tenants.wake_all().await });
     }
 }

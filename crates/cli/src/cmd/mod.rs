@@ -11,6 +11,7 @@ pub mod enqueue;
 pub mod gen_model;
 pub mod serve;
 pub mod stats;
+pub mod token;
 
 /// What a subcommand returns.
 pub type CmdResult = Result<(), Box<dyn std::error::Error>>;
@@ -41,6 +42,8 @@ pub enum Command {
     Stats(stats::Args),
     /// Measure server throughput: jobs, cache GET, backend embed.
     BenchServer(bench_server::Args),
+    /// Mint short-lived signed tokens (role, tenant, expiry) for browser workers.
+    Token(token::Args),
 }
 
 impl Command {
@@ -54,6 +57,7 @@ impl Command {
             Self::Enqueue(a) => enqueue::run(a),
             Self::Stats(a) => stats::run(a),
             Self::BenchServer(a) => bench_server::run(a),
+            Self::Token(a) => token::run(a),
         }
     }
 }

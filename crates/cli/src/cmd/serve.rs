@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use ternflow_server::jwt::Keys;
+use ternflow_server::tenants::StoreFactory;
 use ternflow_server::{
     AppState, Config, EngineEmbedder, RedisStore, Role, SqliteStore, Store, Synchronous, Tokens,
 };
@@ -38,6 +40,14 @@ pub struct Args {
     /// read from `TERNFLOW_TOKENS="tok1:producer,tok2:worker"`.
     #[arg(long)]
     pub tokens: Option<PathBuf>,
+    /// Signing keys for short-lived tokens: one `kid:hs256:<base64 secret>` or
+    /// `kid:ed25519:<base64 public key>` per line. Also read from `TERNFLOW_JWT_KEYS` (comma
+    /// separated). Several at once for rotation.
+    #[arg(long)]
+    pub jwt_keys: Option<PathBuf>,
+    /// The longest lifetime a signed token may have (its `exp` at most this far ahead).
+    #[arg(long, default_value_t = 3_600)]
+    pub max_token_lifetime_secs: u64,
     /// Accept this token with the admin role. For demos on a trusted machine only.
     #[arg(long, value_name = "TOKEN")]
     pub insecure_dev_token: Option<String>,
@@ -72,6 +82,47 @@ pub struct Args {
     pub done_retention_secs: Option<u64>,
 }
 
+fn jwt_keys(args: &Args) -> Result<Keys, Box<dyn std::error::Error>> {
+    let mut spec = String::new();
+    if let Some(path) = &args.jwt_keys {
+        spec.push_str(
+            &std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?,
+        );
+        spec.push('\n');
+    }
+    if let Ok(env) = std::env::var("TERNFLOW_JWT_KEYS") {
+        spec.push_str(&env);
+    }
+    let mut k = Keys::parse(&spec).map_err(|e| format!("jwt keys: {e}"))?;
+    k.max_lifetime_s = args.max_token_lifetime_secs;
+    Ok(k)
+}
+
+/// Each tenant of a signed token gets a store of its own: a SQLite database under
+/// `DATA_DIR/tenants/<tenant>`, or the key prefix `<prefix>:t:<tenant>` on Redis.
+fn tenant_factory(args: &Args) -> StoreFactory {
+    let store = args.store.clone();
+    let dir = args.data_dir.join("tenants");
+    let prefix = args.redis_prefix.clone();
+    let full = args.fsync_always;
+    Arc::new(move |tenant: String| {
+        let (store, dir, prefix) = (store.clone(), dir.join(&tenant), prefix.clone());
+        Box::pin(async move {
+            let s: Arc<dyn Store> = if store == "embedded" {
+                let sync = if full {
+                    Synchronous::Full
+                } else {
+                    Synchronous::Normal
+                };
+                Arc::new(SqliteStore::open(&dir, sync)?)
+            } else {
+                Arc::new(RedisStore::connect(&store, &format!("{prefix}:t:{tenant}")).await?)
+            };
+            Ok(s)
+        })
+    })
+}
+
 fn tokens(args: &Args) -> Result<Tokens, Box<dyn std::error::Error>> {
     let mut spec = String::new();
     if let Some(path) = &args.tokens {
@@ -88,13 +139,6 @@ fn tokens(args: &Args) -> Result<Tokens, Box<dyn std::error::Error>> {
         eprintln!("ternflow: WARNING: --insecure-dev-token grants admin to anyone who knows it");
         t.insert(dev.clone(), Role::Admin);
     }
-    if t.is_empty() {
-        return Err(
-            "no tokens configured: pass --tokens FILE, set TERNFLOW_TOKENS, \
-                    or (demos only) --insecure-dev-token TOKEN"
-                .into(),
-        );
-    }
     Ok(t)
 }
 
@@ -107,6 +151,15 @@ pub fn run(args: Args) -> CmdResult {
         )
         .init();
     let tokens = tokens(&args)?;
+    let keys = jwt_keys(&args)?;
+    if tokens.is_empty() && keys.is_empty() {
+        return Err(
+            "no tokens configured: pass --tokens FILE, set TERNFLOW_TOKENS, \
+                    set TERNFLOW_JWT_KEYS or --jwt-keys FILE, \
+                    or (demos only) --insecure-dev-token TOKEN"
+                .into(),
+        );
+    }
     let model = args.model.clone().or_else(|| {
         let p = PathBuf::from(DEFAULT_MODEL);
         p.exists().then_some(p)
@@ -145,7 +198,10 @@ pub fn run(args: Args) -> CmdResult {
         } else {
             return Err(format!("--store must be `embedded` or a redis:// URL, not {:?}", args.store).into());
         };
-        let mut state = AppState::new(store, tokens, config);
+        let tenant_stores = tenant_factory(&args);
+        let mut state = AppState::new(store, tokens, config)
+            .with_keys(keys)
+            .with_tenant_stores(tenant_stores);
         match &model {
             Some(path) => {
                 let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;

@@ -1,7 +1,6 @@
 //! `GET/PUT/DELETE /v1/cache/{key}`: the remote cache. A `PUT` must carry the fence of a live
 //! lock on the key (the server issued it); the rules are in [`crate::cache`].
 
-use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use ternflow_core::protocol::{CacheEntry, CachePut};
@@ -10,13 +9,10 @@ use crate::cache::{check_write, invalidate, store_entry};
 use crate::error::{Error, Result};
 use crate::extract::{Json, Path};
 use crate::queue::valid_id;
-use crate::state::AppState;
 use crate::store::{Fenced, PutOutcome};
+use crate::tenants::Ctx;
 
-pub(crate) async fn get(
-    State(state): State<AppState>,
-    Path(key): Path<String>,
-) -> Result<Json<CacheEntry>> {
+pub(crate) async fn get(Ctx(state): Ctx, Path(key): Path<String>) -> Result<Json<CacheEntry>> {
     valid_id(&key)?;
     match state.store.cache_get(&key, state.now()).await? {
         Some(e) => {
@@ -31,7 +27,7 @@ pub(crate) async fn get(
 }
 
 pub(crate) async fn put(
-    State(state): State<AppState>,
+    Ctx(state): Ctx,
     Path(key): Path<String>,
     Json(req): Json<CachePut>,
 ) -> Result<Response> {
@@ -86,10 +82,7 @@ pub(crate) async fn put(
     }
 }
 
-pub(crate) async fn delete(
-    State(state): State<AppState>,
-    Path(key): Path<String>,
-) -> Result<StatusCode> {
+pub(crate) async fn delete(Ctx(state): Ctx, Path(key): Path<String>) -> Result<StatusCode> {
     valid_id(&key)?;
     if state.store.cache_delete(&key).await? {
         invalidate(&state, key).await;

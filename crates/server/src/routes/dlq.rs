@@ -1,33 +1,26 @@
 //! `GET /v1/dlq` and `POST /v1/dlq/{id}/redrive`.
 
-use axum::extract::State;
 use serde::Deserialize;
 use ternflow_core::protocol::{DlqList, JobStatus};
 
 use crate::error::{Error, Result};
 use crate::extract::{Json, Path, Query};
 use crate::queue::{publish_depth, valid_id};
-use crate::state::AppState;
+use crate::tenants::Ctx;
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct ListQuery {
     limit: Option<usize>,
 }
 
-pub(crate) async fn list(
-    State(state): State<AppState>,
-    Query(q): Query<ListQuery>,
-) -> Result<Json<DlqList>> {
+pub(crate) async fn list(Ctx(state): Ctx, Query(q): Query<ListQuery>) -> Result<Json<DlqList>> {
     let limit = q.limit.unwrap_or(100).min(1_000);
     Ok(Json(DlqList {
         entries: state.store.dlq(limit).await?,
     }))
 }
 
-pub(crate) async fn redrive(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Json<JobStatus>> {
+pub(crate) async fn redrive(Ctx(state): Ctx, Path(id): Path<String>) -> Result<Json<JobStatus>> {
     valid_id(&id)?;
     if !state.store.redrive(&id, state.now()).await? {
         return Err(Error::NotFound(format!("no dead letter {id}")));

@@ -9,7 +9,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Extension, State};
+use axum::extract::Extension;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::stream::{self, Stream, StreamExt};
@@ -20,7 +20,7 @@ use tokio_stream::wrappers::{BroadcastStream, WatchStream};
 use crate::error::Result;
 use crate::extract::Query;
 use crate::limits::Caller;
-use crate::state::AppState;
+use crate::tenants::Ctx;
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct EventsQuery {
@@ -36,7 +36,7 @@ fn sse_event(id: Option<u64>, ev: &ServerEvent) -> Event {
 }
 
 pub(crate) async fn events(
-    State(state): State<AppState>,
+    Ctx(state): Ctx,
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     Query(q): Query<EventsQuery>,

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use ternflow_core::keys;
@@ -20,6 +19,7 @@ use crate::extract::{Json, Path};
 use crate::queue::{lease_lost, lost_or_missing, publish_depth, valid_id};
 use crate::state::AppState;
 use crate::store::{AckInput, AckOutcome, Fenced, JobRecord, PRIORITY_RANGE};
+use crate::tenants::Ctx;
 
 /// Longest `delay_ms` accepted (30 days).
 const MAX_DELAY_MS: u64 = 30 * 24 * 3_600_000;
@@ -37,7 +37,7 @@ fn trace_id_from(headers: &HeaderMap) -> Option<String> {
 }
 
 pub(crate) async fn enqueue(
-    State(state): State<AppState>,
+    Ctx(state): Ctx,
     headers: HeaderMap,
     Json(req): Json<EnqueueRequest>,
 ) -> Result<Json<EnqueueResponse>> {
@@ -114,7 +114,7 @@ pub(crate) async fn enqueue(
 }
 
 pub(crate) async fn claim(
-    State(state): State<AppState>,
+    Ctx(state): Ctx,
     Json(req): Json<ClaimRequest>,
 ) -> Result<Json<ClaimResponse>> {
     let cfg = state.config.clone();
@@ -197,7 +197,7 @@ pub(crate) async fn claim(
 }
 
 pub(crate) async fn heartbeat(
-    State(state): State<AppState>,
+    Ctx(state): Ctx,
     Path(id): Path<String>,
     Json(req): Json<HeartbeatRequest>,
 ) -> Result<Json<HeartbeatResponse>> {
@@ -214,7 +214,7 @@ pub(crate) async fn heartbeat(
 }
 
 pub(crate) async fn ack(
-    State(state): State<AppState>,
+    Ctx(state): Ctx,
     Path(id): Path<String>,
     Json(req): Json<AckRequest>,
 ) -> Result<Json<AckResponse>> {
@@ -259,7 +259,7 @@ fn check_ack(id: &str, req: &AckRequest) -> Result<()> {
 /// (a lost lease or a malformed ack never drops the others). A store failure fails the whole
 /// request (503): the worker sends the same batch again, and acks are idempotent per token.
 pub(crate) async fn ack_batch(
-    State(state): State<AppState>,
+    Ctx(state): Ctx,
     Json(req): Json<AckBatchRequest>,
 ) -> Result<Json<AckBatchResponse>> {
     if req.acks.is_empty() {
@@ -368,7 +368,7 @@ async fn write_through(
 /// `POST /v1/jobs/{id}/release`: a stopping worker hands the lease back; the job is ready again
 /// at once and the attempt is not counted.
 pub(crate) async fn release(
-    State(state): State<AppState>,
+    Ctx(state): Ctx,
     Path(id): Path<String>,
     Json(req): Json<ReleaseRequest>,
 ) -> Result<StatusCode> {
@@ -383,7 +383,7 @@ pub(crate) async fn release(
 }
 
 pub(crate) async fn nack(
-    State(state): State<AppState>,
+    Ctx(state): Ctx,
     Path(id): Path<String>,
     Json(req): Json<NackRequest>,
 ) -> Result<Json<NackResponse>> {
@@ -415,10 +415,7 @@ pub(crate) async fn nack(
     }
 }
 
-pub(crate) async fn status(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Json<JobStatus>> {
+pub(crate) async fn status(Ctx(state): Ctx, Path(id): Path<String>) -> Result<Json<JobStatus>> {
     valid_id(&id)?;
     state
         .store

@@ -2,18 +2,17 @@
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
 use axum::http::StatusCode;
 use ternflow_core::protocol::{LockGrant, LockRequest, LockToken};
 
 use crate::error::{Error, Result};
 use crate::extract::{Json, Path};
 use crate::queue::valid_id;
-use crate::state::AppState;
 use crate::store::LockOutcome;
+use crate::tenants::Ctx;
 
 pub(crate) async fn acquire(
-    State(state): State<AppState>,
+    Ctx(state): Ctx,
     Path(key): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<LockGrant>> {
@@ -56,7 +55,7 @@ pub(crate) async fn acquire(
 }
 
 pub(crate) async fn renew(
-    State(state): State<AppState>,
+    Ctx(state): Ctx,
     Path(key): Path<String>,
     Json(req): Json<LockToken>,
 ) -> Result<Json<LockGrant>> {
@@ -79,7 +78,7 @@ pub(crate) async fn renew(
 }
 
 pub(crate) async fn release(
-    State(state): State<AppState>,
+    Ctx(state): Ctx,
     Path(key): Path<String>,
     Json(req): Json<LockToken>,
 ) -> Result<StatusCode> {

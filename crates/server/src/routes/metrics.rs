@@ -1,16 +1,15 @@
 //! `GET /metrics` (Prometheus text), `GET /v1/stats` (JSON for the dashboard) and
 //! `POST /v1/metrics` (worker snapshots).
 
-use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use ternflow_core::protocol::{Stats, WorkerMetrics};
 
 use crate::error::{Error, Result};
 use crate::extract::Json;
-use crate::state::AppState;
+use crate::tenants::Ctx;
 
-pub(crate) async fn prometheus(State(state): State<AppState>) -> Result<impl IntoResponse> {
+pub(crate) async fn prometheus(Ctx(state): Ctx) -> Result<impl IntoResponse> {
     let now = state.now();
     let depth = state.store.depth(now).await?;
     let text = state.metrics.render(depth, state.locks_held(), now);
@@ -23,7 +22,7 @@ pub(crate) async fn prometheus(State(state): State<AppState>) -> Result<impl Int
     ))
 }
 
-pub(crate) async fn stats(State(state): State<AppState>) -> Result<Json<Stats>> {
+pub(crate) async fn stats(Ctx(state): Ctx) -> Result<Json<Stats>> {
     let now = state.now();
     let queue = state.store.depth(now).await?;
     let mut counters: std::collections::BTreeMap<String, u64> = state
@@ -42,15 +41,17 @@ pub(crate) async fn stats(State(state): State<AppState>) -> Result<Json<Stats>> 
     }))
 }
 
-pub(crate) async fn push(
-    State(state): State<AppState>,
-    Json(snap): Json<WorkerMetrics>,
-) -> Result<StatusCode> {
+pub(crate) async fn push(Ctx(state): Ctx, Json(snap): Json<WorkerMetrics>) -> Result<StatusCode> {
     if snap.worker.is_empty() {
         return Err(Error::bad_request("bad_worker", "worker is required"));
     }
     if snap.worker.len() > 128 {
         return Err(Error::bad_request("bad_worker", "worker is 1–128 bytes"));
+    }
+    // Worker names are the tenant's own: two tenants' "w1" are two workers.
+    let mut snap = snap;
+    if &*state.tenant != crate::tenants::DEFAULT_TENANT {
+        snap.worker = format!("{}/{}", state.tenant, snap.worker);
     }
     state.metrics.push_worker(snap, state.now());
     Ok(StatusCode::NO_CONTENT)

@@ -34,6 +34,8 @@ fn guarded(
 ) -> Router<AppState> {
     let g = Gate {
         tokens: state.tokens.clone(),
+        keys: state.keys.clone(),
+        clock: state.clock.clone(),
         limits: state.limits.clone(),
         roles,
         allow_query_token,
