@@ -62,18 +62,22 @@ start_services() {
   cargo build --locked -q -p ternflow-cli || return 1
   local rport sport token
   rport=$(free_port); sport=$(free_port); token="test-admin-$RANDOM$RANDOM"
+  # An HS256 key for the signed-token tests (the browser test mints its own tokens with it).
+  local jwt_secret
+  jwt_secret=$(head -c 32 /dev/urandom | base64)
   mkdir -p "$LOGDIR/redis"
   (cd "$LOGDIR/redis" && exec redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly yes \
      --dir "$LOGDIR/redis" >"$LOGDIR/redis.log" 2>&1) &
   PIDS+=($!)
   for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
-  "${CARGO_TARGET_DIR:-target}/debug/ternflow" serve --addr "127.0.0.1:$sport" --store "redis://127.0.0.1:$rport/0" \
+  TERNFLOW_JWT_KEYS="test:hs256:$jwt_secret" "${CARGO_TARGET_DIR:-target}/debug/ternflow" serve --addr "127.0.0.1:$sport" --store "redis://127.0.0.1:$rport/0" \
     --model crates/engine/tests/data/ref_tiny_ternary.tern --insecure-dev-token "$token" \
     --cors-allow-localhost --lease-ms 1500 --max-attempts 3 >"$LOGDIR/server.log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$sport/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
   curl -fsS "http://127.0.0.1:$sport/healthz" >/dev/null || { cat "$LOGDIR/server.log"; return 1; }
-  export TERNFLOW_TEST_SERVER="http://127.0.0.1:$sport" TERNFLOW_TEST_TOKEN="$token"
+  export TERNFLOW_TEST_SERVER="http://127.0.0.1:$sport" TERNFLOW_TEST_TOKEN="$token" \
+    TERNFLOW_TEST_JWT_SECRET="$jwt_secret"
 }
 # The npm package as its users meet it: packed, installed unchanged, built by Vite / webpack /
 # esbuild and run in headless Chromium, consumed by Node (ESM, CJS) and strict tsc, and the edge

@@ -40,10 +40,11 @@ impl Deref for HttpClient {
 }
 
 /// The shared state of an [`HttpClient`].
-#[derive(Debug)]
 pub struct ClientInner {
     base: RefCell<Option<String>>,
-    token: String,
+    token: RefCell<String>,
+    /// Where a fresh token comes from (the page's `token()` function), when it can be renewed.
+    token_source: RefCell<Option<TokenSource>>,
     worker: String,
     backend_model: RefCell<Option<String>>,
     /// The model this worker embeds with, named in claims (it fills in model-less jobs).
@@ -52,11 +53,41 @@ pub struct ClientInner {
     timeout_ms: Cell<u64>,
 }
 
+#[derive(Clone, Copy)]
 enum Method {
     Get,
     Post,
     Put,
     Delete,
+}
+
+impl std::fmt::Debug for ClientInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the token.
+        f.debug_struct("ClientInner")
+            .field("base", &self.base)
+            .field("worker", &self.worker)
+            .field("renewable", &self.token_source.borrow().is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Renew a signed token this long before its `exp`, seconds.
+pub const RENEW_BEFORE_S: u64 = 30;
+
+/// A source of fresh tokens (the page's `token()`; a test's minting function).
+pub type TokenSource =
+    Rc<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<String>>>>>;
+
+/// The `exp` claim of a JWT (read, not verified: only to know when to renew).
+fn jwt_exp(token: &str) -> Option<u64> {
+    let claims = token.split('.').nth(1)?;
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(claims.trim_end_matches('='))
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    v.get("exp")?.as_u64()
 }
 
 /// Default limit of one request, ms.
@@ -68,7 +99,8 @@ impl HttpClient {
         HttpClient {
             inner: Rc::new(ClientInner {
                 base: RefCell::new(base.map(|b| b.trim_end_matches('/').to_owned())),
-                token: token.to_owned(),
+                token: RefCell::new(token.to_owned()),
+                token_source: RefCell::new(None),
                 worker: worker.to_owned(),
                 backend_model: RefCell::new(None),
                 claim_model: RefCell::new(None),
@@ -105,8 +137,54 @@ impl HttpClient {
     }
 
     /// The bearer token.
-    pub fn token(&self) -> &str {
-        &self.token
+    pub fn token(&self) -> String {
+        self.token.borrow().clone()
+    }
+
+    /// Replaces the bearer token (every clone of this client uses it from the next request).
+    pub fn set_token(&self, token: &str) {
+        *self.token.borrow_mut() = token.to_owned();
+    }
+
+    /// Renews the token from `source`: before a signed token expires (within
+    /// [`RENEW_BEFORE_S`] of its `exp`), and once on a 401 (then the request is sent again).
+    /// Leases and in-flight jobs are untouched: only the `Authorization` header changes.
+    pub fn set_token_source(&self, source: TokenSource) {
+        *self.token_source.borrow_mut() = Some(source);
+    }
+
+    /// Whether a token source is set.
+    pub fn is_renewable(&self) -> bool {
+        self.token_source.borrow().is_some()
+    }
+
+    /// Asks the source for a fresh token; `true` when one arrived.
+    async fn renew_token(&self) -> bool {
+        let source = self.token_source.borrow().clone();
+        let Some(source) = source else {
+            return false;
+        };
+        match source().await {
+            Some(t) if !t.is_empty() => {
+                self.set_token(&t);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Renews first when the current token is a JWT about to expire.
+    async fn renew_if_expiring(&self) {
+        if self.token_source.borrow().is_none() {
+            return;
+        }
+        let exp = jwt_exp(&self.token.borrow());
+        if let Some(exp) = exp {
+            let now_s = ternflow_core::ports::Clock::now_ms(&crate::clock::BrowserClock) / 1_000;
+            if now_s + RENEW_BEFORE_S >= exp {
+                self.renew_token().await;
+            }
+        }
     }
 
     fn builder(&self, method: Method, path: &str, trace: &str) -> Result<RequestBuilder> {
@@ -120,7 +198,7 @@ impl HttpClient {
             Method::Put => Request::put(&url),
             Method::Delete => Request::delete(&url),
         }
-        .header("authorization", &format!("Bearer {}", self.token));
+        .header("authorization", &format!("Bearer {}", self.token.borrow()));
         if !trace.is_empty() {
             rb = rb.header("traceparent", trace);
         }
@@ -137,8 +215,26 @@ impl HttpClient {
         self.send_waiting(method, path, body, trace, 0).await
     }
 
-    /// [`send`](Self::send) for a request the server may hold for `wait_ms` (a long poll).
+    /// [`send`](Self::send) for a request the server may hold for `wait_ms` (a long poll). With
+    /// a token source, a token about to expire is renewed first, and a 401 renews it and sends
+    /// the request once more.
     async fn send_waiting<B: Serialize>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        trace: &str,
+        wait_ms: u64,
+    ) -> Result<Response> {
+        self.renew_if_expiring().await;
+        let resp = self.send_once(method, path, body, trace, wait_ms).await?;
+        if resp.status() == 401 && self.renew_token().await {
+            return self.send_once(method, path, body, trace, wait_ms).await;
+        }
+        Ok(resp)
+    }
+
+    async fn send_once<B: Serialize>(
         &self,
         method: Method,
         path: &str,

@@ -27,17 +27,24 @@ pub struct SseWakeups {
 }
 
 impl SseWakeups {
-    /// Opens `{base}/v1/events` with `token`; `on_invalidate` receives the keys of every
-    /// `invalidate` event.
-    pub fn open(base: &str, token: &str, on_invalidate: impl Fn(Vec<String>) + 'static) -> Self {
+    /// Opens `{base}/v1/events` with the token `token()` returns (asked again at every
+    /// reconnect, and the stream reopened when it changed, so a renewed token is used);
+    /// `on_invalidate` receives the keys of every `invalidate` event.
+    pub fn open(
+        base: &str,
+        token: Rc<dyn Fn() -> String>,
+        on_invalidate: impl Fn(Vec<String>) + 'static,
+    ) -> Self {
         let (tx, rx) = mpsc::unbounded();
         let closed = Rc::new(Cell::new(false));
-        let url = format!(
-            "{}/v1/events?token={}",
-            base.trim_end_matches('/'),
-            String::from(js_sys::encode_uri_component(token))
-        );
-        wasm_bindgen_futures::spawn_local(pump(url, tx, Rc::new(on_invalidate), closed.clone()));
+        let base = base.trim_end_matches('/').to_owned();
+        wasm_bindgen_futures::spawn_local(pump(
+            base,
+            token,
+            tx,
+            Rc::new(on_invalidate),
+            closed.clone(),
+        ));
         SseWakeups {
             rx: RefCell::new(rx),
             closed,
@@ -57,13 +64,19 @@ impl Drop for SseWakeups {
 }
 
 async fn pump(
-    url: String,
+    base: String,
+    token: Rc<dyn Fn() -> String>,
     tx: mpsc::UnboundedSender<u64>,
     on_invalidate: Rc<dyn Fn(Vec<String>)>,
     closed: Rc<Cell<bool>>,
 ) {
     let mut last_id = String::new();
     while !closed.get() {
+        let opened_with = token();
+        let url = format!(
+            "{base}/v1/events?token={}",
+            String::from(js_sys::encode_uri_component(&opened_with))
+        );
         let full = if last_id.is_empty() {
             url.clone()
         } else {
@@ -94,6 +107,9 @@ async fn pump(
                         }
                     } else if let Ok(e) = serde_json::from_str::<InvalidateEvent>(&data) {
                         on_invalidate(e.keys);
+                    }
+                    if token() != opened_with {
+                        break; // renewed: reopen with the new token (and Last-Event-ID)
                     }
                 }
             }

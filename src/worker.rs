@@ -91,6 +91,9 @@ pub async fn browser_pipeline_bounded(
         &cfg.worker_id,
     );
     client.set_claim_model(ternflow_core::ports::Embedder::model_id(&engine));
+    if server.is_some_and(|s| s.renewable) {
+        client.set_token_source(page_token_source());
+    }
     let local = AnyLocal::open(db_name, max_local_entries, max_bytes).await?;
     Ok(Pipeline::new(
         Adapters {
@@ -136,6 +139,50 @@ fn pipeline() -> Result<Rc<Pipeline<Browser>>, WorkerError> {
     STATE
         .with(|s| s.borrow().pipeline.clone())
         .ok_or_else(|| WorkerError::BadMessage("send `init` first".into()))
+}
+
+/// How long a worker waits for the page to answer [`FromWorker::TokenNeeded`], ms.
+const TOKEN_WAIT_MS: u64 = 10_000;
+
+thread_local! {
+    /// Who waits for the page's next token.
+    static TOKEN_WAITERS: RefCell<Vec<oneshot::Sender<String>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A token source that asks the page (whose `server.token` is a function) and waits for its
+/// [`ToWorker::Token`].
+fn page_token_source() -> crate::http::TokenSource {
+    Rc::new(|| {
+        Box::pin(async {
+            let (tx, rx) = oneshot::channel();
+            let first = TOKEN_WAITERS.with(|w| {
+                let mut w = w.borrow_mut();
+                w.push(tx);
+                w.len() == 1
+            });
+            if first {
+                post_to_page(&FromWorker::TokenNeeded {});
+            }
+            let timer = BrowserClock.sleep(TOKEN_WAIT_MS);
+            futures_util::pin_mut!(timer);
+            match futures_util::future::select(rx, timer).await {
+                futures_util::future::Either::Left((Ok(t), _)) => Some(t),
+                _ => None,
+            }
+        })
+    })
+}
+
+/// Applies a fresh token from the page: every clone of the current client uses it from the next
+/// request (leases, in-flight jobs and the queue loop are untouched), and whoever waited for it
+/// gets it.
+fn apply_token(token: &str) {
+    if let Some(p) = STATE.with(|s| s.borrow().pipeline.clone()) {
+        p.source.set_token(token);
+    }
+    for w in TOKEN_WAITERS.with(|w| std::mem::take(&mut *w.borrow_mut())) {
+        let _ = w.send(token.to_owned());
+    }
 }
 
 fn post_to_page(msg: &FromWorker) {
@@ -209,7 +256,8 @@ fn request_id(msg: &ToWorker) -> u32 {
         | ToWorker::Embed { id, .. }
         | ToWorker::Start { id, .. }
         | ToWorker::Stop { id, .. }
-        | ToWorker::Stats { id } => *id,
+        | ToWorker::Stats { id }
+        | ToWorker::Token { id, .. } => *id,
     }
 }
 
@@ -399,6 +447,10 @@ async fn dispatch(msg: ToWorker, progress: bool) -> Result<FromWorker, WorkerErr
             let summary = stop(deadline_ms.unwrap_or(10_000)).await?;
             Ok(FromWorker::Stopped { id, summary })
         }
+        ToWorker::Token { id, token } => {
+            apply_token(&token);
+            Ok(FromWorker::TokenUpdated { id })
+        }
         ToWorker::Stats { id } => {
             let p = pipeline()?;
             p.update_breaker_gauges();
@@ -427,7 +479,9 @@ async fn start(concurrency: Option<u32>) -> Result<(), WorkerError> {
         return Err(WorkerError::BadMessage("queue mode needs a server".into()));
     };
     let inval = Rc::downgrade(&p);
-    let wake = Rc::new(SseWakeups::open(&base, p.source.token(), move |keys| {
+    let client = p.source.clone();
+    let token: Rc<dyn Fn() -> String> = Rc::new(move || client.token());
+    let wake = Rc::new(SseWakeups::open(&base, token, move |keys| {
         if let Some(p) = inval.upgrade() {
             wasm_bindgen_futures::spawn_local(async move { p.invalidate(&keys).await });
         }
@@ -479,7 +533,8 @@ async fn stop(deadline_ms: u64) -> Result<Summary, WorkerError> {
 async fn rebuild(p: &Pipeline<Browser>, cfg: Config) -> Result<Rc<Pipeline<Browser>>, WorkerError> {
     let server = p.source.base().map(|url| ServerOptions {
         url,
-        token: p.source.token().to_owned(),
+        token: p.source.token(),
+        renewable: p.source.is_renewable(),
     });
     let engine = STATE.with(|s| s.borrow().engine.clone());
     let (db, max_local) = db_settings();

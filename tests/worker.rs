@@ -3,6 +3,8 @@
 //! token through compile-time environment variables.
 #![cfg(target_arch = "wasm32")]
 
+use std::rc::Rc;
+
 use futures_util::future::join;
 use gloo_net::http::Request;
 use serde_json::{json, Value};
@@ -36,7 +38,49 @@ fn server() -> ServerOptions {
             .expect("run through scripts/test.sh (TERNFLOW_TEST_SERVER unset)")
             .into(),
         token: TOKEN.expect("TERNFLOW_TEST_TOKEN unset").into(),
+        renewable: false,
     }
+}
+
+/// The test server's HS256 key (`scripts/test.sh` starts it with `test:hs256:<this>`).
+const JWT_SECRET: Option<&str> = option_env!("TERNFLOW_TEST_JWT_SECRET");
+
+/// An HS256 token of key `test` for `role` in `tenant`, expiring at `exp` (Unix s).
+fn mint(role: &str, tenant: &str, exp: u64) -> String {
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+    use base64::Engine as _;
+    use hmac::{Mac, SimpleHmac};
+    let secret = STANDARD
+        .decode(JWT_SECRET.expect("TERNFLOW_TEST_JWT_SECRET unset"))
+        .unwrap();
+    let head = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT","kid":"test"}"#);
+    let body =
+        URL_SAFE_NO_PAD.encode(json!({"role": role, "tenant": tenant, "exp": exp}).to_string());
+    let mut mac = SimpleHmac::<sha2::Sha256>::new_from_slice(&secret).unwrap();
+    mac.update(format!("{head}.{body}").as_bytes());
+    let sig = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
+    format!("{head}.{body}.{sig}")
+}
+
+fn now_s() -> u64 {
+    BrowserClock.now_ms() / 1_000
+}
+
+async fn api_as(token: &str, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let url = format!("{}{}", server().url, path);
+    let rb = if method == "GET" {
+        Request::get(&url)
+    } else {
+        Request::post(&url)
+    }
+    .header("authorization", &format!("Bearer {token}"));
+    let resp = match body {
+        Some(b) => rb.json(&b).unwrap().send().await,
+        None => rb.send().await,
+    }
+    .expect("server reachable");
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
 }
 
 /// A unique suffix so tests sharing one server never collide.
@@ -126,7 +170,8 @@ async fn run_until(
     p: &Pipeline<Browser>,
     mut done: impl FnMut() -> futures_util::future::LocalBoxFuture<'static, bool>,
 ) {
-    let wake = ternflow::sse::SseWakeups::open(&server().url, &server().token, |_| {});
+    let tok = server().token;
+    let wake = ternflow::sse::SseWakeups::open(&server().url, Rc::new(move || tok.clone()), |_| {});
     let stopper = async {
         for _ in 0..300 {
             if done().await {
@@ -577,4 +622,99 @@ async fn model_loads_from_a_url_then_from_the_cache_api_and_is_checked() {
     assert!(matches!(e.load(&bad), Err(WorkerError::Engine(_))));
     assert!(e.model_id().is_none());
     assert_eq!(e.load(MODEL).unwrap(), e.model_id().unwrap());
+}
+
+#[wasm_bindgen_test]
+async fn an_expiring_token_is_renewed_mid_queue_without_losing_or_repeating_a_job() {
+    let tenant = format!("renew{}", (js_sys::Math::random() * 1e9) as u64);
+    let producer = mint("producer", &tenant, now_s() + 600);
+    let enqueue_wave = |wave: u32| {
+        let (producer, tenant) = (producer.clone(), tenant.clone());
+        async move {
+            let jobs: Vec<Value> = (0..8)
+                .map(|i| json!({ "text": format!("{tenant} wave {wave} job {i}") }))
+                .collect();
+            let (status, body) =
+                api_as(&producer, "POST", "/v1/jobs", Some(json!({ "jobs": jobs }))).await;
+            assert_eq!(status, 200, "{body}");
+            body["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|j| j["id"].as_str().unwrap().to_owned())
+                .collect::<Vec<String>>()
+        }
+    };
+    let mut ids = enqueue_wave(1).await;
+    // The worker starts with a token the server refuses (401 → renewed at once), and every
+    // token it is given lives 33 s, so it is renewed again 3 s later (30 s before its expiry),
+    // in the middle of the queue.
+    let opts = ServerOptions {
+        token: "revoked-token".into(),
+        ..server()
+    };
+    let db = format!("ternflow-test-renew-{tenant}");
+    IdbCache::delete(&db).await.expect("clean db");
+    let p = browser_pipeline(
+        Some(&opts),
+        engine(),
+        Config {
+            worker_id: format!("browser-{tenant}"),
+            ..Config::default()
+        },
+        &db,
+        1_000,
+    )
+    .await
+    .expect("pipeline");
+    let renewals = Rc::new(std::cell::Cell::new(0u32));
+    let (r, t) = (renewals.clone(), tenant.clone());
+    p.source.set_token_source(Rc::new(move || {
+        r.set(r.get() + 1);
+        let t = t.clone();
+        Box::pin(async move { Some(mint("worker", &t, now_s() + 33)) })
+    }));
+    let client = p.source.clone();
+    let token: Rc<dyn Fn() -> String> = Rc::new(move || client.token());
+    let wake = ternflow::sse::SseWakeups::open(&server().url, token, |_| {});
+    let worker_token = {
+        let c = p.source.clone();
+        move || c.token()
+    };
+    let all_done = |ids: Vec<String>, tok: String| async move {
+        for id in &ids {
+            if api_as(&tok, "GET", &format!("/v1/jobs/{id}"), None).await.1["state"] != "done" {
+                return false;
+            }
+        }
+        true
+    };
+    let driver = async {
+        for _ in 0..100 {
+            if all_done(ids.clone(), worker_token()).await {
+                break;
+            }
+            sleep(100).await;
+        }
+        sleep(3_500).await; // the worker's token is now within 30 s of its expiry
+        ids.extend(enqueue_wave(2).await);
+        for _ in 0..100 {
+            if all_done(ids.clone(), worker_token()).await {
+                break;
+            }
+            sleep(100).await;
+        }
+        p.stop.stop(BrowserClock.now_ms() + 5_000);
+    };
+    join(p.run_queue(&wake), driver).await;
+    assert!(
+        renewals.get() >= 2,
+        "renewed on the 401 and again before expiry ({} times)",
+        renewals.get()
+    );
+    for id in &ids {
+        let (_, st) = api_as(&producer, "GET", &format!("/v1/jobs/{id}"), None).await;
+        assert_eq!(st["state"], "done", "{id}: {st}");
+        assert_eq!(st["attempt"], 1, "{id}: done once, never repeated: {st}");
+    }
 }

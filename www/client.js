@@ -37,6 +37,8 @@ function abortError(signal, what) {
 export class EmbeddingWorker extends EventTarget {
   #worker;
   #next = 1;
+  /** The page's token function, when `server.token` is one. */
+  #tokenFn = null;
   #pending = new Map();
   #options;
   #dead = null;
@@ -74,6 +76,10 @@ export class EmbeddingWorker extends EventTarget {
   }
 
   #receive(msg) {
+    if (msg.type === "tokenNeeded") {
+      this.#renewToken();
+      return;
+    }
     if (msg.type === "metrics") {
       this.dispatchEvent(new CustomEvent("metrics", { detail: msg.metrics }));
       return;
@@ -113,8 +119,22 @@ export class EmbeddingWorker extends EventTarget {
     });
   }
 
-  #init(server, signal) {
+  /** Asks the page's token function for a fresh token and hands it to the worker. */
+  #renewToken() {
+    if (!this.#tokenFn) return;
+    Promise.resolve()
+      .then(() => this.#tokenFn())
+      .then((token) => this.#request({ type: "token", token: String(token) }))
+      // The worker stops waiting after a while and reports the 401 as the job's error.
+      .catch(() => {});
+  }
+
+  async #init(server, signal) {
     const o = this.#options;
+    if (server && typeof server.token === "function") {
+      this.#tokenFn = server.token;
+      server = { url: server.url, token: String(await this.#tokenFn()), renewable: true };
+    }
     return this.#request(
       {
         type: "init",

@@ -9,7 +9,12 @@ export type Source = "local" | "remote" | "engine" | "backend";
 
 export interface ServerOptions {
   url: string;
-  token?: string;
+  /**
+   * A bearer token, or a function that mints a fresh one (your backend's short-lived signed
+   * token for this visitor): the worker calls it at start, again before the token expires and
+   * on a 401, without dropping leases or in-flight jobs.
+   */
+  token?: string | (() => string | Promise<string>);
 }
 
 export interface ModelOptions {

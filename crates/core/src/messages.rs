@@ -17,6 +17,11 @@ pub struct ServerOptions {
     /// Bearer token with the `worker` role.
     #[serde(default)]
     pub token: String,
+    /// The page can mint fresh tokens (its `token` option is a function): the worker asks with
+    /// [`FromWorker::TokenNeeded`] before its token expires and on a 401, and the page answers
+    /// with [`ToWorker::Token`].
+    #[serde(default)]
+    pub renewable: bool,
 }
 
 /// A request from the page.
@@ -81,6 +86,14 @@ pub enum ToWorker {
         /// Request id.
         id: u32,
     },
+    /// A fresh bearer token (the answer to [`FromWorker::TokenNeeded`], or pushed by the page
+    /// whenever it likes); leases and in-flight jobs are untouched.
+    Token {
+        /// Request id.
+        id: u32,
+        /// The token.
+        token: String,
+    },
 }
 
 /// One embedded text in an [`FromWorker::Embedded`] reply.
@@ -130,6 +143,13 @@ pub enum FromWorker {
         id: u32,
         /// The snapshot.
         metrics: WorkerMetrics,
+    },
+    /// The worker needs a fresh token (no request): answer with [`ToWorker::Token`].
+    TokenNeeded {},
+    /// A [`ToWorker::Token`] was applied.
+    TokenUpdated {
+        /// Request id.
+        id: u32,
     },
     /// A periodic metrics snapshot (no request).
     Metrics {
