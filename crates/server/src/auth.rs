@@ -183,23 +183,33 @@ pub async fn gate(State(g): State<Gate>, mut req: Request, next: Next) -> Result
         None => None,
     };
     let token = token.ok_or(Error::Unauthorized)?;
-    let (role, key, tenant) = if token.matches('.').count() == 2 && !g.keys.is_empty() {
-        // A signed token: its role and tenant are its claims.
-        let v = g
-            .keys
-            .verify(&token, g.clock.now_ms() / 1_000)
-            .map_err(|e| Error::BadToken(e.to_string()))?;
-        (v.role, digest(&token), Arc::from(v.tenant.as_str()))
-    } else {
-        let (role, key) = g.tokens.lookup(&token).ok_or(Error::Unauthorized)?;
-        (role, key, Arc::from(DEFAULT_TENANT))
-    };
+    let (role, key, tenant, claims_per_min) =
+        if token.matches('.').count() == 2 && !g.keys.is_empty() {
+            // A signed token: its role and tenant are its claims.
+            let v = g
+                .keys
+                .verify(&token, g.clock.now_ms() / 1_000)
+                .map_err(|e| Error::BadToken(e.to_string()))?;
+            (
+                v.role,
+                digest(&token),
+                Arc::from(v.tenant.as_str()),
+                v.claims_per_min,
+            )
+        } else {
+            let (role, key) = g.tokens.lookup(&token).ok_or(Error::Unauthorized)?;
+            (role, key, Arc::from(DEFAULT_TENANT), None)
+        };
     if role != Role::Admin && !g.roles.contains(&role) {
         return Err(Error::Forbidden(
             g.roles.first().map_or("admin", |r| r.as_str()),
         ));
     }
-    let caller = Caller { key, tenant };
+    let caller = Caller {
+        key,
+        tenant,
+        claims_per_min,
+    };
     g.limits.check_rate(&caller)?;
     req.extensions_mut().insert(caller);
     Ok(next.run(req).await)

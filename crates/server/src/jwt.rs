@@ -5,7 +5,7 @@
 //! # Format
 //! Header `{"alg": "HS256" | "EdDSA", "kid": "<key id>", "typ": "JWT"}`; claims
 //! `{"role": "worker" | "producer" | "admin", "tenant": "<[a-z0-9_-]{1,64}>", "exp": <unix s>,
-//! "nbf"?: <unix s>, "iat"?: <unix s>, "sub"?: "<anything>"}`. Refused (401): an unknown `kid`,
+//! "nbf"?: <unix s>, "iat"?: <unix s>, "sub"?: "<anything>", "claims_per_min"?: <n>}`. Refused (401): an unknown `kid`,
 //! an algorithm other than the key's, a bad signature, `alg: none`, a token past `exp` or before
 //! `nbf` (by the server's clock, 5 s of leeway), or one whose `exp` lies more than
 //! [`Keys::max_lifetime_s`] ahead (a leaked token must die soon).
@@ -44,6 +44,9 @@ pub struct Claims {
     /// Who it was minted for (for the app's logs; the server does not use it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sub: Option<String>,
+    /// At most this many `POST /v1/jobs/claim` per minute with this token (429 beyond).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claims_per_min: Option<u32>,
 }
 
 /// Whether `t` is a valid tenant name: 1–64 bytes of `[a-z0-9_-]`.
@@ -63,6 +66,8 @@ pub struct Verified {
     pub tenant: String,
     /// Expiry, Unix seconds.
     pub exp: u64,
+    /// The token's own claim limit, per minute.
+    pub claims_per_min: Option<u32>,
 }
 
 /// Why a token was refused (every one is a 401).
@@ -226,6 +231,7 @@ impl Keys {
             role,
             tenant: c.tenant,
             exp: c.exp,
+            claims_per_min: c.claims_per_min,
         })
     }
 }
@@ -275,6 +281,7 @@ mod tests {
             nbf: None,
             iat: Some(1_000),
             sub: None,
+            claims_per_min: None,
         }
     }
 
@@ -288,7 +295,8 @@ mod tests {
             Verified {
                 role: Role::Worker,
                 tenant: "acme".into(),
-                exp: now + 600
+                exp: now + 600,
+                claims_per_min: None,
             }
         );
         assert_eq!(k.verify(&t, now + 700), Err(TokenError::Expired));

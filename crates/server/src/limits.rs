@@ -6,16 +6,21 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 
 use governor::clock::{Clock as _, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+
+/// Claim buckets kept before they are started afresh.
+const MAX_CLAIM_BUCKETS: usize = 100_000;
 
 /// Who is calling: the token's digest and tenant, put on the request by the auth gate.
 #[derive(Debug, Clone)]
 pub(crate) struct Caller {
     pub(crate) key: [u8; 32],
     pub(crate) tenant: Arc<str>,
+    /// A signed token's own claim limit, per minute.
+    pub(crate) claims_per_min: Option<u32>,
 }
 
 /// See the [module docs](self).
@@ -23,6 +28,8 @@ pub(crate) struct Limits {
     rate: DefaultKeyedRateLimiter<[u8; 32]>,
     max_streams: usize,
     streams: Mutex<HashMap<[u8; 32], usize>>,
+    /// Per-token claim buckets of tokens that carry `claims_per_min` (each its own quota).
+    claims: Mutex<HashMap<[u8; 32], DefaultDirectRateLimiter>>,
 }
 
 impl std::fmt::Debug for Limits {
@@ -41,6 +48,7 @@ impl Limits {
             rate: RateLimiter::keyed(Quota::per_second(per_s).allow_burst(burst)),
             max_streams: cfg.max_streams_per_token,
             streams: Mutex::new(HashMap::new()),
+            claims: Mutex::new(HashMap::new()),
         }
     }
 
@@ -84,10 +92,38 @@ impl Limits {
         })
     }
 
-    /// Forgets buckets that are full again (called by the sweeper), so the table stays small.
+    /// Takes one claim from the caller's own claim bucket, when its token sets one.
+    ///
+    /// # Errors
+    /// 429 with `Retry-After` beyond `claims_per_min`.
+    pub(crate) fn check_claim(&self, caller: &Caller) -> Result<()> {
+        let Some(per_min) = caller.claims_per_min.and_then(NonZeroU32::new) else {
+            return Ok(());
+        };
+        let mut m = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        let bucket = m
+            .entry(caller.key)
+            .or_insert_with(|| RateLimiter::direct(Quota::per_minute(per_min)));
+        bucket.check().map_err(|not_until| Error::TooManyRequests {
+            message: format!("this token may claim {per_min} times a minute"),
+            retry_after_s: not_until
+                .wait_time_from(DefaultClock::default().now())
+                .as_secs_f64()
+                .ceil()
+                .max(1.0) as u64,
+        })
+    }
+
+    /// Forgets buckets that are full again (called by the sweeper), so the tables stay small.
     pub(crate) fn tidy(&self) {
         self.rate.retain_recent();
         self.rate.shrink_to_fit();
+        // Signed tokens live minutes: past the bound, start the buckets afresh (a full bucket
+        // for a token that had used some is the only leniency).
+        let mut m = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        if m.len() > MAX_CLAIM_BUCKETS {
+            m.clear();
+        }
     }
 }
 

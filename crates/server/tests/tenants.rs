@@ -44,6 +44,7 @@ fn token(kid: &str, role: &str, tenant: &str) -> String {
             nbf: None,
             iat: Some(now),
             sub: None,
+            claims_per_min: None,
         },
     )
     .unwrap()
@@ -241,6 +242,7 @@ async fn refused_tokens_and_scopes() {
                 nbf,
                 iat: Some(now),
                 sub: None,
+                claims_per_min: None,
             },
         )
         .unwrap()
@@ -400,4 +402,45 @@ fn events(text: &str, name: &str) -> Vec<Value> {
                 .and_then(|d| serde_json::from_str(d).ok())
         })
         .collect()
+}
+
+#[tokio::test]
+async fn a_token_may_limit_its_own_claims() {
+    let (s, _) = state(memory_factory(), Arc::new(MemoryStore::new()));
+    let api = Api(app(s));
+    let now = NOW_MS / 1_000;
+    let limited = mint_hs256(
+        "k1",
+        K1,
+        &Claims {
+            role: "worker".into(),
+            tenant: "a".into(),
+            exp: now + 600,
+            nbf: None,
+            iat: Some(now),
+            sub: None,
+            claims_per_min: Some(2),
+        },
+    )
+    .unwrap();
+    let claim = json!({"worker": "w", "max": 1});
+    for _ in 0..2 {
+        let r = api
+            .post(Some(&limited), "/v1/jobs/claim", claim.clone())
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    }
+    let r = api
+        .post(Some(&limited), "/v1/jobs/claim", claim.clone())
+        .await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.text);
+    assert!(r.headers.contains_key("retry-after"));
+    // Other routes and other tokens are not affected.
+    assert_eq!(
+        api.get(Some(&limited), "/v1/jobs/x").await.status,
+        StatusCode::NOT_FOUND
+    );
+    let other = token("k1", "worker", "a");
+    let r = api.post(Some(&other), "/v1/jobs/claim", claim).await;
+    assert_eq!(r.status, StatusCode::OK);
 }

@@ -45,6 +45,9 @@ pub struct MintArgs {
     /// Who it is for (kept in the token as `sub`, for your logs).
     #[arg(long)]
     pub sub: Option<String>,
+    /// At most this many claims a minute with this token.
+    #[arg(long)]
+    pub claims_per_min: Option<u32>,
 }
 
 /// Runs `ternflow token`.
@@ -73,6 +76,7 @@ pub fn run(args: Args) -> CmdResult {
                 nbf: None,
                 iat: Some(now),
                 sub: m.sub,
+                claims_per_min: m.claims_per_min,
             };
             println!("{}", mint_hs256(&m.kid, &secret, &claims)?);
             Ok(())

@@ -13,9 +13,12 @@ use ternflow_core::protocol::{
 };
 use ternflow_core::trace::TraceParent;
 
+use axum::Extension;
+
 use crate::cache;
 use crate::error::{Error, Result};
 use crate::extract::{Json, Path};
+use crate::limits::Caller;
 use crate::queue::{lease_lost, lost_or_missing, publish_depth, valid_id};
 use crate::state::AppState;
 use crate::store::{AckInput, AckOutcome, Fenced, JobRecord, PRIORITY_RANGE};
@@ -115,8 +118,12 @@ pub(crate) async fn enqueue(
 
 pub(crate) async fn claim(
     Ctx(state): Ctx,
+    caller: Option<Extension<Caller>>,
     Json(req): Json<ClaimRequest>,
 ) -> Result<Json<ClaimResponse>> {
+    if let Some(Extension(c)) = &caller {
+        state.limits.check_claim(c)?;
+    }
     let cfg = state.config.clone();
     if req.worker.is_empty() || req.worker.len() > 128 {
         return Err(Error::bad_request("bad_worker", "worker is 1–128 bytes"));
