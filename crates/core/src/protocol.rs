@@ -559,6 +559,39 @@ pub enum ServerEvent {
     Jobs(JobsEvent),
     /// Cache keys to drop.
     Invalidate(InvalidateEvent),
+    /// Jobs that finished (for producers waiting on results).
+    Finished(FinishedEvent),
+}
+
+/// `finished` SSE event data: jobs that were just done or dead-lettered. Producers subscribe
+/// to these (`GET /v1/events` with a producer token) and fetch the results with
+/// `POST /v1/jobs/status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinishedEvent {
+    /// Jobs done.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub done: Vec<String>,
+    /// Jobs dead-lettered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dead: Vec<String>,
+}
+
+/// `POST /v1/jobs/status` body: the status of many jobs at once (at most 1000 ids).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusRequest {
+    /// Job ids.
+    pub ids: Vec<String>,
+}
+
+/// `POST /v1/jobs/status` response: the status of every known id, in the request's order, and
+/// the ids the server does not know.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusList {
+    /// Known jobs, in order.
+    pub jobs: Vec<JobStatus>,
+    /// Unknown ids.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
 }
 
 impl ServerEvent {
@@ -567,6 +600,7 @@ impl ServerEvent {
         match self {
             ServerEvent::Jobs(_) => "jobs",
             ServerEvent::Invalidate(_) => "invalidate",
+            ServerEvent::Finished(_) => "finished",
         }
     }
 
@@ -575,6 +609,7 @@ impl ServerEvent {
         let r = match self {
             ServerEvent::Jobs(e) => serde_json::to_string(e),
             ServerEvent::Invalidate(e) => serde_json::to_string(e),
+            ServerEvent::Finished(e) => serde_json::to_string(e),
         };
         r.unwrap_or_else(|_| "{}".to_owned())
     }

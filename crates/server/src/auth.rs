@@ -209,6 +209,7 @@ pub async fn gate(State(g): State<Gate>, mut req: Request, next: Next) -> Result
         key,
         tenant,
         claims_per_min,
+        role,
     };
     g.limits.check_rate(&caller)?;
     req.extensions_mut().insert(caller);

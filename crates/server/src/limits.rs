@@ -21,6 +21,8 @@ pub(crate) struct Caller {
     pub(crate) tenant: Arc<str>,
     /// A signed token's own claim limit, per minute.
     pub(crate) claims_per_min: Option<u32>,
+    /// The token's role.
+    pub(crate) role: crate::auth::Role,
 }
 
 /// See the [module docs](self).

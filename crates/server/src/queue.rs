@@ -2,7 +2,7 @@
 //! event, and telling a lost lease from a missing job.
 
 use ternflow_core::keys;
-use ternflow_core::protocol::{JobsEvent, ServerEvent};
+use ternflow_core::protocol::{FinishedEvent, JobsEvent, ServerEvent};
 
 use crate::error::{Error, Result};
 use crate::state::AppState;
@@ -38,6 +38,17 @@ pub(crate) async fn publish_depth(state: &AppState) {
         .await
     {
         tracing::warn!(error = %e, "publish jobs event");
+    }
+}
+
+/// Announces finished jobs (`finished` event) to producers waiting on results.
+pub(crate) async fn publish_finished(state: &AppState, done: Vec<String>, dead: Vec<String>) {
+    if done.is_empty() && dead.is_empty() {
+        return;
+    }
+    let ev = ServerEvent::Finished(FinishedEvent { done, dead });
+    if let Err(e) = state.store.publish(ev).await {
+        tracing::warn!(error = %e, "publish finished event");
     }
 }
 

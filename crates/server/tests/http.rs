@@ -681,9 +681,9 @@ async fn openapi_lists_exactly_the_routes_served() {
             served += 1;
         }
     }
-    // 24 operations in the router (routes/mod.rs), the SSE route checked elsewhere.
+    // 25 operations in the router (routes/mod.rs), the SSE route checked elsewhere.
     assert_eq!(
-        served, 23,
+        served, 24,
         "the document lists every operation the router serves"
     );
 }
@@ -1252,4 +1252,56 @@ async fn a_model_less_job_is_embedded_with_the_claiming_workers_model() {
     assert_eq!(r.json["result"]["model_id"], worker_model);
     let r = api.get(Some(WORKER), &format!("/v1/cache/{key}")).await;
     assert_eq!(r.status, StatusCode::OK, "cached under the worker's model");
+}
+
+#[tokio::test]
+async fn many_statuses_in_one_request_in_order() {
+    let (state, _) = state_with(Config::default());
+    let app = app(state);
+    let api = Api(app.clone());
+    api.enqueue(json!({"jobs": [{"id": "s1", "text": "a"}, {"id": "s2", "text": "b"}]}))
+        .await;
+    let jobs = api.claim(1).await;
+    let tok = jobs[0]["lease"]["token"].as_str().unwrap();
+    let id = jobs[0]["id"].as_str().unwrap().to_owned();
+    let r = api
+        .post(Some(WORKER), &format!("/v1/jobs/{id}/ack"), ack_body(tok))
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = api
+        .post(
+            Some(PRODUCER),
+            "/v1/jobs/status",
+            json!({"ids": ["s2", "nope", "s1"]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let ids: Vec<&str> = r.json["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["s2", "s1"], "in the request's order");
+    assert_eq!(r.json["missing"], json!(["nope"]));
+    let done = r.json["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["id"] == id)
+        .unwrap();
+    assert_eq!(done["state"], "done");
+    assert!(
+        done["result"]["vector"].is_string(),
+        "the result rides along"
+    );
+    let too_many: Vec<String> = (0..1_001).map(|i| format!("x{i}")).collect();
+    let r = api
+        .post(
+            Some(PRODUCER),
+            "/v1/jobs/status",
+            json!({ "ids": too_many }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
 }

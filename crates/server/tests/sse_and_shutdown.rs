@@ -355,3 +355,65 @@ async fn sse_query_tokens_are_percent_decoded_and_streams_per_token_are_bounded(
     srv.stop.take().unwrap().send(()).unwrap();
     srv.done.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producers_hear_finished_jobs_and_workers_do_not() {
+    let mut srv = start().await;
+    let http = reqwest::Client::new();
+    let b = srv.base.clone();
+    let open = |token: &'static str| {
+        let (http, b) = (http.clone(), b.clone());
+        async move {
+            http.get(format!("{b}/v1/events"))
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap()
+                .bytes_stream()
+        }
+    };
+    let mut producer = open(PRODUCER).await;
+    let mut worker = open(WORKER).await;
+    let (mut pbuf, mut wbuf) = (String::new(), String::new());
+    read_events(&mut producer, &mut pbuf, 1).await; // hello
+    read_events(&mut worker, &mut wbuf, 1).await;
+    http.post(format!("{b}/v1/jobs"))
+        .bearer_auth(PRODUCER)
+        .json(&json!({"id": "fin", "text": "finish me"}))
+        .send()
+        .await
+        .unwrap();
+    let r: serde_json::Value = http
+        .post(format!("{b}/v1/jobs/claim"))
+        .bearer_auth(WORKER)
+        .json(&json!({"worker": "w", "max": 1}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tok = r["jobs"][0]["lease"]["token"].as_str().unwrap();
+    let ack = json!({"token": tok, "result": {"model_id": "m", "vector": "AACAPw==", "source": "engine"}});
+    let s = http
+        .post(format!("{b}/v1/jobs/fin/ack"))
+        .bearer_auth(WORKER)
+        .json(&ack)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(s.status(), 200);
+    let evs = read_events(&mut producer, &mut pbuf, 1).await;
+    assert_eq!(evs[0].event, "finished", "{evs:?}");
+    assert_eq!(evs[0].data, json!({"done": ["fin"]}));
+    assert!(
+        evs[0].id.is_some(),
+        "numbered: resumable with Last-Event-ID"
+    );
+    // The worker hears the enqueue's `jobs` event, never `finished`.
+    let evs = read_events(&mut worker, &mut wbuf, 1).await;
+    assert_eq!(evs[0].event, "jobs");
+    drop((producer, worker));
+    srv.stop.take().unwrap().send(()).unwrap();
+    srv.done.await.unwrap().unwrap();
+}

@@ -17,6 +17,9 @@ pub struct Args {
     /// Jobs per request.
     #[arg(long, default_value_t = 500)]
     pub batch: usize,
+    /// Also write the job ids, in input order, one per line (for `ternflow results --ids`).
+    #[arg(long)]
+    pub ids_out: Option<PathBuf>,
     #[command(flatten)]
     pub server: ServerArgs,
 }
@@ -49,6 +52,7 @@ pub fn run(args: Args) -> CmdResult {
     rt.block_on(async move {
         let http = reqwest::Client::new();
         let (mut new, mut dup) = (0usize, 0usize);
+        let mut ids = Vec::with_capacity(jobs.len());
         for chunk in jobs.chunks(args.batch.max(1)) {
             let req = EnqueueRequest::Batch {
                 jobs: chunk.to_vec(),
@@ -61,11 +65,17 @@ pub fn run(args: Args) -> CmdResult {
                 .await?;
             let out: EnqueueResponse = check(resp).await?.json().await?;
             let n = out.jobs.iter().filter(|j| j.new).count();
+            ids.extend(out.jobs.iter().map(|j| j.id.clone()));
             new += n;
             dup += out.jobs.len() - n;
         }
         println!("enqueued {new} new job(s), {dup} already known");
-        Ok(())
+        if let Some(path) = &args.ids_out {
+            let mut text = ids.join("\n");
+            text.push('\n');
+            std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        Ok::<(), Box<dyn std::error::Error>>(())
     })
 }
 

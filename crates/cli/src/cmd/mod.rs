@@ -9,6 +9,7 @@ pub mod client;
 pub mod embed;
 pub mod enqueue;
 pub mod gen_model;
+pub mod results;
 pub mod serve;
 pub mod stats;
 pub mod token;
@@ -42,6 +43,8 @@ pub enum Command {
     Stats(stats::Args),
     /// Measure server throughput: jobs, cache GET, backend embed.
     BenchServer(bench_server::Args),
+    /// Export finished jobs' vectors as JSON lines or `.npy`, by id.
+    Results(results::Args),
     /// Mint short-lived signed tokens (role, tenant, expiry) for browser workers.
     Token(token::Args),
 }
@@ -58,6 +61,7 @@ impl Command {
             Self::Stats(a) => stats::run(a),
             Self::BenchServer(a) => bench_server::run(a),
             Self::Token(a) => token::run(a),
+            Self::Results(a) => results::run(a),
         }
     }
 }

@@ -1,4 +1,6 @@
-//! `GET /v1/events`: Server-Sent Events (`jobs`, `invalidate`), resumable with `Last-Event-ID`.
+//! `GET /v1/events`: Server-Sent Events, resumable with `Last-Event-ID`. A worker token gets
+//! `jobs` and `invalidate`; a producer token gets `finished` (jobs done or dead-lettered, to
+//! fetch with `POST /v1/jobs/status`); an admin token gets all three.
 //!
 //! On connect the stream replays every event after `Last-Event-ID` (header, or `last_event_id`
 //! query parameter) still in the ring, then a fresh `jobs` event (no id) with the current depth,
@@ -17,6 +19,7 @@ use serde::Deserialize;
 use ternflow_core::protocol::{JobsEvent, ServerEvent};
 use tokio_stream::wrappers::{BroadcastStream, WatchStream};
 
+use crate::auth::Role;
 use crate::error::Result;
 use crate::extract::Query;
 use crate::limits::Caller;
@@ -53,7 +56,13 @@ pub(crate) async fn events(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
         .or(q.last_event_id);
+    let wanted = move |ev: &ServerEvent| match caller.role {
+        Role::Admin => true,
+        Role::Producer => matches!(ev, ServerEvent::Finished(_)),
+        Role::Worker => !matches!(ev, ServerEvent::Finished(_)),
+    };
     let (backlog, rx) = state.hub.subscribe_after(last);
+    let backlog: Vec<_> = backlog.into_iter().filter(|(_, ev)| wanted(ev)).collect();
     let floor = backlog.last().map(|(id, _)| *id).or(last).unwrap_or(0);
     let depth = state.store.depth(state.now()).await?.ready;
     let hello = ServerEvent::Jobs(JobsEvent { depth });
@@ -70,7 +79,7 @@ pub(crate) async fn events(
         .take_while(|r| std::future::ready(r.is_ok()))
         .filter_map(move |r| async move {
             match r {
-                Ok((id, ev)) if id > floor => Some(sse_event(Some(id), &ev)),
+                Ok((id, ev)) if id > floor && wanted(&ev) => Some(sse_event(Some(id), &ev)),
                 _ => None,
             }
         });

@@ -9,7 +9,8 @@ use ternflow_core::keys;
 use ternflow_core::protocol::{
     AckBatchRequest, AckBatchResponse, AckItemOutcome, AckItemResult, AckRequest, AckResponse,
     ClaimRequest, ClaimResponse, EnqueueRequest, EnqueueResponse, ErrorDetail, HeartbeatRequest,
-    HeartbeatResponse, JobStatus, NackRequest, NackResponse, ReleaseRequest,
+    HeartbeatResponse, JobStatus, NackRequest, NackResponse, ReleaseRequest, StatusList,
+    StatusRequest,
 };
 use ternflow_core::trace::TraceParent;
 
@@ -19,7 +20,7 @@ use crate::cache;
 use crate::error::{Error, Result};
 use crate::extract::{Json, Path};
 use crate::limits::Caller;
-use crate::queue::{lease_lost, lost_or_missing, publish_depth, valid_id};
+use crate::queue::{lease_lost, lost_or_missing, publish_depth, publish_finished, valid_id};
 use crate::state::AppState;
 use crate::store::{AckInput, AckOutcome, Fenced, JobRecord, PRIORITY_RANGE};
 use crate::tenants::Ctx;
@@ -157,6 +158,9 @@ pub(crate) async fn claim(
         if !claimed.expired.is_empty() {
             publish_depth(&state).await;
         }
+        if !claimed.dead.is_empty() {
+            publish_finished(&state, Vec::new(), claimed.dead.clone()).await;
+        }
         if !claimed.jobs.is_empty() || tokio::time::Instant::now() >= deadline {
             m.add(|c| &c.jobs_claimed, claimed.jobs.len() as u64);
             let mut jobs = claimed.jobs;
@@ -236,6 +240,7 @@ pub(crate) async fn ack(
             if let Some((c, result)) = write {
                 write_through(&state, &id, &c.key, result, fence, &text_hash, c.ttl_ms).await;
             }
+            publish_finished(&state, vec![id.clone()], Vec::new()).await;
             Ok(Json(AckResponse { id, first: true }))
         }
         AckOutcome::Repeated => Ok(Json(AckResponse { id, first: false })),
@@ -304,10 +309,12 @@ pub(crate) async fn ack_batch(
     let outcomes = state.store.ack_many(inputs, now).await?;
     let mut writes = Vec::new();
     let mut done = 0;
+    let mut done_ids = Vec::new();
     for ((i, item), outcome) in items.into_iter().zip(outcomes) {
         let outcome = match outcome {
             AckOutcome::Done { fence, text_hash } => {
                 done += 1;
+                done_ids.push(item.id.clone());
                 if let Some(c) = item.ack.cache {
                     let (state, id, result) = (&state, item.id.clone(), item.ack.result);
                     writes.push(async move {
@@ -332,6 +339,7 @@ pub(crate) async fn ack_batch(
     }
     // Concurrent, so the store commits them together.
     futures_util::future::join_all(writes).await;
+    publish_finished(&state, done_ids, Vec::new()).await;
     state.metrics.add(|c| &c.jobs_acked, done);
     state.metrics.record_acks(now, done);
     Ok(Json(AckBatchResponse {
@@ -412,7 +420,10 @@ pub(crate) async fn nack(
         Some(resp) => {
             state.metrics.add(|c| &c.jobs_nacked, 1);
             match resp {
-                NackResponse::Dead => state.metrics.add(|c| &c.jobs_dead, 1),
+                NackResponse::Dead => {
+                    state.metrics.add(|c| &c.jobs_dead, 1);
+                    publish_finished(&state, Vec::new(), vec![id.clone()]).await;
+                }
                 NackResponse::Retry { .. } => state.metrics.add(|c| &c.jobs_retried, 1),
             }
             tracing::info!(job = %id, outcome = ?resp, "nacked");
@@ -420,6 +431,38 @@ pub(crate) async fn nack(
         }
         None => Err(lost_or_missing(&state, &id).await),
     }
+}
+
+/// Most ids in one `POST /v1/jobs/status`.
+const MAX_STATUS_IDS: usize = 1_000;
+
+/// `POST /v1/jobs/status`: many jobs' status (and results) in one request, in order.
+pub(crate) async fn status_many(
+    Ctx(state): Ctx,
+    Json(req): Json<StatusRequest>,
+) -> Result<Json<StatusList>> {
+    if req.ids.len() > MAX_STATUS_IDS {
+        return Err(Error::too_large(
+            "batch_too_large",
+            format!("at most {MAX_STATUS_IDS} ids per request"),
+        ));
+    }
+    for id in &req.ids {
+        valid_id(id)?;
+    }
+    let lookups = req.ids.iter().map(|id| state.store.status(id));
+    let found = futures_util::future::try_join_all(lookups).await?;
+    let mut out = StatusList {
+        jobs: Vec::with_capacity(req.ids.len()),
+        missing: Vec::new(),
+    };
+    for (id, st) in req.ids.into_iter().zip(found) {
+        match st {
+            Some(s) => out.jobs.push(s),
+            None => out.missing.push(id),
+        }
+    }
+    Ok(Json(out))
 }
 
 pub(crate) async fn status(Ctx(state): Ctx, Path(id): Path<String>) -> Result<Json<JobStatus>> {

@@ -107,7 +107,9 @@ pub fn router(state: AppState) -> Router {
         &state,
         &[Producer, Worker],
         false,
-        Router::new().route("/v1/jobs/{id}", get(jobs::status)),
+        Router::new()
+            .route("/v1/jobs/{id}", get(jobs::status))
+            .route("/v1/jobs/status", post(jobs::status_many)),
     );
     let worker = guarded(
         &state,
@@ -134,7 +136,7 @@ pub fn router(state: AppState) -> Router {
     );
     let events = guarded(
         &state,
-        &[Worker],
+        &[Worker, Producer],
         true,
         Router::new().route("/v1/events", get(events::events)),
     );

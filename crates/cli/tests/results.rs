@@ -1,0 +1,138 @@
+//! `ternflow enqueue --ids-out` and `ternflow results` against a real `ternflow serve`: the
+//! finished jobs' vectors come back in id order, as JSON lines and as a NumPy file.
+
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const TOKEN: &str = "results-admin";
+
+fn ternflow() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ternflow"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_come_back_in_id_order_as_jsonl_and_npy() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut server = ternflow()
+        .args([
+            "serve",
+            "--addr",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(dir.path().join("data"))
+        .current_dir(dir.path())
+        .env("TERNFLOW_TOKENS", format!("{TOKEN}:admin"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let texts = dir.path().join("texts.txt");
+    std::fs::write(&texts, "alpha\nbeta\ngamma\n").unwrap();
+    let ids_file = dir.path().join("ids.txt");
+    let st = ternflow()
+        .args(["enqueue", "--server", &base, "--token", TOKEN, "--ids-out"])
+        .arg(&ids_file)
+        .arg(&texts)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let ids: Vec<String> = std::fs::read_to_string(&ids_file)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(ids.len(), 3);
+    // Act as a worker: finish two jobs with known vectors (the dimension and values are ours).
+    let http = reqwest::Client::new();
+    let claimed: Value = http
+        .post(format!("{base}/v1/jobs/claim"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"worker": "w", "max": 3}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let vec_of = |id: &str| -> Vec<f32> {
+        let i = ids.iter().position(|x| x == id).unwrap() as f32;
+        vec![i, i + 0.5]
+    };
+    let b64 = |v: &[f32]| ternflow_core::codec::encode_vector(v);
+    for j in claimed["jobs"].as_array().unwrap() {
+        let id = j["id"].as_str().unwrap();
+        if id == ids[1] {
+            continue; // stays unfinished
+        }
+        let body = json!({"token": j["lease"]["token"], "result": {"model_id": "m", "vector": b64(&vec_of(id)), "source": "engine"}});
+        let r = http
+            .post(format!("{base}/v1/jobs/{id}/ack"))
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let out = dir.path().join("out.jsonl");
+    let st = ternflow()
+        .args(["results", "--server", &base, "--token", TOKEN, "--ids"])
+        .arg(&ids_file)
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let lines: Vec<Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let got: Vec<(&str, &str)> = lines
+        .iter()
+        .map(|l| (l["id"].as_str().unwrap(), l["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [(&*ids[0], "done"), (&*ids[1], "leased"), (&*ids[2], "done")],
+        "in id order, the unfinished one said so"
+    );
+    assert_eq!(lines[2]["vector"], json!([2.0, 2.5]));
+    let npy = dir.path().join("out.npy");
+    let st = ternflow()
+        .args(["results", "--server", &base, "--token", TOKEN, "--ids"])
+        .arg(&ids_file)
+        .arg("--out")
+        .arg(&npy)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let bytes = std::fs::read(&npy).unwrap();
+    let arr = npyz::NpyFile::new(&bytes[..]).unwrap();
+    assert_eq!(arr.shape(), &[2, 2]);
+    assert_eq!(arr.into_vec::<f32>().unwrap(), vec![0.0, 0.5, 2.0, 2.5]);
+    let row_ids = std::fs::read_to_string(dir.path().join("out.npy.ids")).unwrap();
+    assert_eq!(
+        row_ids,
+        format!("{}\n{}\n", ids[0], ids[2]),
+        "the rows' ids"
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+}
