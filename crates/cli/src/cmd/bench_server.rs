@@ -33,6 +33,10 @@ pub struct Args {
     /// Jobs per claim.
     #[arg(long, default_value_t = 32)]
     pub claim: u32,
+    /// Ack each job with its own request (the old protocol) instead of one `POST /v1/jobs/ack`
+    /// per claimed batch (what workers do).
+    #[arg(long)]
+    pub single_acks: bool,
     /// Concurrent clients for the cache and embed phases.
     #[arg(long, default_value_t = 16)]
     pub clients: usize,
@@ -131,7 +135,7 @@ async fn bench(args: Args) -> CmdResult {
     let mut tasks = Vec::new();
     for w in 0..args.workers {
         let (http, base, done) = (http.clone(), base.clone(), done.clone());
-        let (target, claim) = (args.jobs as u64, args.claim);
+        let (target, claim, single) = (args.jobs as u64, args.claim, args.single_acks);
         tasks.push(tokio::spawn(async move {
             let ack_result = json!({"model_id": "m", "vector": "AACAPw==", "source": "engine"});
             while done.load(Ordering::Relaxed) < target {
@@ -145,6 +149,24 @@ async fn bench(args: Args) -> CmdResult {
                     .await?;
                 if r.jobs.is_empty() {
                     tokio::task::yield_now().await;
+                    continue;
+                }
+                if !single {
+                    let acks: Vec<serde_json::Value> = r
+                        .jobs
+                        .iter()
+                        .map(|j| json!({"id": j.id, "token": j.lease.token, "result": ack_result}))
+                        .collect();
+                    let resp = http
+                        .post(format!("{base}/v1/jobs/ack"))
+                        .bearer_auth(TOKEN)
+                        .json(&json!({ "acks": acks }))
+                        .send()
+                        .await?;
+                    if !resp.status().is_success() {
+                        return Err("batch ack refused".into());
+                    }
+                    done.fetch_add(r.jobs.len() as u64, Ordering::Relaxed);
                     continue;
                 }
                 let acks = r.jobs.iter().map(|j| {

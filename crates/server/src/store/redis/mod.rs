@@ -47,7 +47,7 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use super::{
-    cap_error, new_token, AckOutcome, CacheStore, Claimed, EventBus, Fenced, JobRecord,
+    cap_error, new_token, AckInput, AckOutcome, CacheStore, Claimed, EventBus, Fenced, JobRecord,
     LockOutcome, LockStore, NumberedEvent, PutOutcome, QueueStore,
 };
 use crate::error::{Error, Result};
@@ -64,6 +64,8 @@ const CLAIM: &str = include_str!("claim.lua");
 const HEARTBEAT: &str = include_str!("heartbeat.lua");
 
 const ACK: &str = include_str!("ack.lua");
+
+const ACK_MANY: &str = include_str!("ack_many.lua");
 
 const NACK: &str = include_str!("nack.lua");
 
@@ -86,6 +88,7 @@ struct Scripts {
     claim: Script,
     heartbeat: Script,
     ack: Script,
+    ack_many: Script,
     nack: Script,
     release: Script,
     redrive: Script,
@@ -109,6 +112,7 @@ impl Scripts {
             claim: s(CLAIM),
             heartbeat: s(HEARTBEAT),
             ack: s(ACK),
+            ack_many: s(ACK_MANY),
             nack: s(NACK),
             release: s(RELEASE),
             redrive: s(REDRIVE),
@@ -395,6 +399,50 @@ impl QueueStore for RedisStore {
             Some("-1") => AckOutcome::Missing,
             _ => AckOutcome::Stale,
         })
+    }
+
+    async fn ack_many(&self, acks: Vec<AckInput>, _now: u64) -> Result<Vec<AckOutcome>> {
+        if acks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut results = Vec::with_capacity(acks.len());
+        for a in &acks {
+            results.push(
+                serde_json::to_string(&a.result)
+                    .map_err(|e| Error::Store(format!("encode result: {e}")))?,
+            );
+        }
+        let out: Vec<String> = self
+            .invoke(&self.scripts.ack_many, |i| {
+                i.arg(
+                    self.done_retention_ms
+                        .map(|ms| ms.to_string())
+                        .unwrap_or_default(),
+                );
+                for (a, r) in acks.iter().zip(&results) {
+                    i.arg(&a.id).arg(&a.token).arg(r);
+                }
+            })
+            .await?;
+        let mut outcomes = Vec::with_capacity(acks.len());
+        let mut rest = out.iter();
+        while let Some(n) = rest.next() {
+            let n: usize = parse(n, "reply length")?;
+            let fields: Vec<&String> = rest.by_ref().take(n).collect();
+            outcomes.push(match fields.first().map(|s| s.as_str()) {
+                Some("1") if fields.len() == 3 => AckOutcome::Done {
+                    fence: parse(fields[1], "fence")?,
+                    text_hash: ternflow_core::keys::text_hash(fields[2]),
+                },
+                Some("2") => AckOutcome::Repeated,
+                Some("-1") => AckOutcome::Missing,
+                _ => AckOutcome::Stale,
+            });
+        }
+        if outcomes.len() != acks.len() {
+            return Err(Error::Store("redis: bad ack_many reply".to_owned()));
+        }
+        Ok(outcomes)
     }
 
     async fn nack(

@@ -1,0 +1,27 @@
+-- Many acks in one script (one round trip, atomic). ARGV: prefix, retention ('' = keep), then
+-- (id, token, result JSON) triples. Returns, per ack, the same reply as ack.lua, flattened as
+-- `n` followed by the reply's fields: {'1', fence, text} · {'2'} · {'0'} · {'-1'}.
+local retention = ARGV[2]
+local out = {}
+for i = 3, #ARGV, 3 do
+  local id, token, result = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local k = p..':job:'..id
+  local h = redis.call('HMGET', k, 'state', 'token', 'done_token', 'fence', 'text')
+  if not h[1] then
+    out[#out + 1] = '1'; out[#out + 1] = '-1'
+  elseif h[1] == 'leased' and h[2] == token then
+    redis.call('HSET', k, 'state', 'done', 'result', result, 'done_token', token)
+    redis.call('HDEL', k, 'token', 'expires_at', 'fence')
+    redis.call('ZREM', p..':leased', id)
+    if retention ~= '' then
+      redis.call('PEXPIRE', k, retention)
+      redis.call('PEXPIRE', p..':hist:'..id, retention)
+    end
+    out[#out + 1] = '3'; out[#out + 1] = '1'; out[#out + 1] = h[4] or '0'; out[#out + 1] = h[5] or ''
+  elseif h[1] == 'done' and h[3] == token then
+    out[#out + 1] = '1'; out[#out + 1] = '2'
+  else
+    out[#out + 1] = '1'; out[#out + 1] = '0'
+  end
+end
+return out
