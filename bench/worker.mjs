@@ -1,7 +1,8 @@
 // Benchmark of the worker pipeline in headless Chromium, against a real `ternflow serve`.
 // Build first: scripts/build-pkg.sh && cargo build --release -p ternflow-cli
 // Run:         node bench/worker.mjs [--model FILE] [--n 300] [--concurrency 16]
-// Prints: bare-engine vs end-to-end queue throughput with one worker each, local hit latency (same
+// Prints: bare-engine vs end-to-end queue throughput with one worker each (0 %, 100 % local and
+// 100 % remote hits), local hit latency (same
 // worker, and read from IndexedDB after a reload) vs a miss's, wasm memory after the model loads, and the cold start.
 import { createServer } from "node:http";
 import { spawn, execFileSync } from "node:child_process";
@@ -91,7 +92,39 @@ try {
   }
   const queueMs = performance.now() - t0;
   await q.stop({ deadline: 5000 });
-  window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), queueMs, n: queueTexts.length, stats };
+  // 4. The same texts again under new job ids: 100 % local hits in the same worker, then 100 %
+  // remote hits in a fresh worker (its local cache empty; the claim carries the server's entry).
+  // Done when the server says every job is; each result's source says where its vector came from.
+  const drain = async (w, prefix) => {
+    const jobs = queueTexts.map((text, i) => ({ id: prefix + i, text }));
+    const r = await fetch(cfg.api + "/v1/jobs", { method: "POST", headers: auth, body: JSON.stringify({ jobs }) });
+    if (!r.ok) throw new Error("enqueue: " + r.status + " " + await r.text());
+    const ids = jobs.map((j) => j.id);
+    const t = performance.now();
+    await w.start({ concurrency: cfg.concurrency });
+    let sources = {};
+    for (;;) {
+      const st = await (await fetch(cfg.api + "/v1/jobs/status", { method: "POST", headers: auth, body: JSON.stringify({ ids }) })).json();
+      const done = st.jobs.filter((j) => j.state === "done");
+      if (done.length === ids.length) {
+        sources = {};
+        for (const j of done) sources[j.result.source] = (sources[j.result.source] ?? 0) + 1;
+        break;
+      }
+      await new Promise((res) => setTimeout(res, 25));
+    }
+    const ms = performance.now() - t;
+    await w.stop({ deadline: 5000 });
+    return { ms, sources };
+  };
+  const runId = Date.now().toString(36);
+  const localHits = await drain(q, "lh-" + runId + "-");
+  q.terminate();
+  const q2 = new EmbeddingWorker({ server: { url: cfg.api, token: cfg.token }, model: { url: "/model.bin" }, dbName: "bench-q2-" + Date.now() });
+  await q2.ready;
+  const remoteHits = await drain(q2, "rh-" + runId + "-");
+  q2.terminate();
+  window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), queueMs, n: queueTexts.length, stats, localHits, remoteHits };
 } catch (e) { window.__error = String(e && e.stack || e); }
 </script>`;
 
@@ -133,6 +166,11 @@ try {
   console.log(`chromium ${browser.version()}, model ${r.raw.modelId}, n=${args.n}, 1 worker, concurrency ${args.concurrency}`);
   console.log(`bare engine in a worker: ${rawRate.toFixed(1)} embeds/s`);
   console.log(`end-to-end queue (claim, local cache, embed, local write, ack carrying the remote write; 0% hits): ${queueRate.toFixed(1)} jobs/s = ${((100 * queueRate) / rawRate).toFixed(1)}% of bare engine`);
+  const lhRate = (r.n * 1000) / r.localHits.ms;
+  const rhRate = (r.n * 1000) / r.remoteHits.ms;
+  const src = (x) => Object.entries(x.sources).map(([k, v]) => `${k} ${v}`).join(", ");
+  console.log(`end-to-end queue at 100% local hits (same worker, same texts, new job ids): ${lhRate.toFixed(1)} jobs/s = ${((100 * lhRate) / rawRate).toFixed(1)}% of bare engine (results by source: ${src(r.localHits)})`);
+  console.log(`end-to-end queue at 100% remote hits (fresh worker, the claim carries the cached vector): ${rhRate.toFixed(1)} jobs/s per worker (results by source: ${src(r.remoteHits)})`);
   console.log(`local miss (embed + IndexedDB write): median ${r.missMedian.toFixed(3)} ms`);
   console.log(`local hit, same worker (memory layer over IndexedDB): median ${r.hitMedian.toFixed(3)} ms = ${(r.missMedian / r.hitMedian).toFixed(1)}x faster than a miss`);
   console.log(`local hit after a reload (read from IndexedDB): median ${r.idbHitMedian.toFixed(3)} ms = ${(r.missMedian / r.idbHitMedian).toFixed(1)}x faster than a miss`);
