@@ -352,6 +352,32 @@ mod tests {
         assert!(k.verify(&b, 1_500).is_ok());
     }
 
+    /// A throw-away Ed25519 key pair (`openssl genpkey -algorithm ed25519`), for this test only.
+    const ED_PRIVATE_PKCS8_HEX: &str =
+        "302e020100300506032b657004220420a2a030cab9c77444772012fd9342057861ab8df8226072ff33683d06170d6a24";
+    const ED_PUBLIC_HEX: &str = "373600f65cd6ffa3cf184ae91e40ee3368c6d9fc3ae78afff48fa73eb60748fc";
+
+    fn unhex(h: &str) -> Vec<u8> {
+        (0..h.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn ed25519_tokens_verify_with_the_public_key_only() {
+        let k = Keys::parse(&format!(
+            "ed:ed25519:{}",
+            STANDARD.encode(unhex(ED_PUBLIC_HEX))
+        ))
+        .unwrap();
+        let t = mint_ed25519("ed", &unhex(ED_PRIVATE_PKCS8_HEX), &claims(2_000)).unwrap();
+        assert_eq!(k.verify(&t, 1_500).unwrap().tenant, "acme");
+        // An HS256 token claiming the Ed25519 key id is refused (no algorithm confusion).
+        let hs = mint_hs256("ed", &unhex(ED_PUBLIC_HEX), &claims(2_000)).unwrap();
+        assert!(matches!(k.verify(&hs, 1_500), Err(TokenError::Invalid(_))));
+    }
+
     #[test]
     fn key_specs_are_checked() {
         assert!(Keys::parse("k:hs256:c2hvcnQ=").is_err(), "short secret");
