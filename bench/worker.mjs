@@ -1,6 +1,6 @@
 // Benchmark of the worker pipeline in headless Chromium, against a real `ternflow serve`.
 // Build first: scripts/build-pkg.sh && cargo build --release -p ternflow-cli
-// Run:         node bench/worker.mjs [--model FILE] [--n 300] [--concurrency 16]
+// Run:         node bench/worker.mjs [--model FILE] [--n 300] [--concurrency 16] [--workers N]
 // Prints: bare-engine vs end-to-end queue throughput with one worker each (0 %, 100 % local and
 // 100 % remote hits), local hit latency (same
 // worker, and read from IndexedDB after a reload) vs a miss's, wasm memory after the model loads, and the cold start.
@@ -13,12 +13,13 @@ import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
 
 const root = resolve(fileURLToPath(new URL(".", import.meta.url)), "..");
-const args = { model: null, n: 300, concurrency: 16 };
+const args = { model: null, n: 300, concurrency: 16, workers: 1 };
 for (let i = 2; i < process.argv.length; i++) {
   const k = process.argv[i];
   if (k === "--model") args.model = process.argv[++i];
   else if (k === "--n") args.n = Number(process.argv[++i]);
   else if (k === "--concurrency") args.concurrency = Number(process.argv[++i]);
+  else if (k === "--workers") args.workers = Number(process.argv[++i]);
   else throw new Error(`unknown argument ${k}`);
 }
 const bin = resolve(root, "target/release/ternflow");
@@ -47,19 +48,20 @@ for (let i = 0; i < 100; i++) {
 
 const page = `<!doctype html><meta charset="utf-8"><script type="module">
 import { EmbeddingWorker } from "/pkg/client.js";
-const cfg = ${JSON.stringify({ api, token, concurrency: args.concurrency })};
+const cfg = ${JSON.stringify({ api, token, concurrency: args.concurrency, workers: args.workers })};
 const rawTexts = ${JSON.stringify(texts("raw", args.n))};
 const warm = ${JSON.stringify(texts("warm", 30))};
 const missTexts = ${JSON.stringify(texts("miss", args.n))};
 const queueTexts = ${JSON.stringify(texts("queue", args.n))};
 const median = (a) => { const s = [...a].sort((x, y) => x - y); return s[Math.floor(s.length / 2)]; };
 try {
-  // 1. The bare engine in a worker.
-  const raw = await new Promise((res, rej) => {
+  // 1. The bare engine in N workers at once (each embeds all of rawTexts; rates add up).
+  const raws = await Promise.all(Array.from({ length: cfg.workers }, () => new Promise((res, rej) => {
     const w = new Worker("/bench/raw-worker.js", { type: "module" });
     w.onmessage = (e) => (e.data.error ? rej(new Error(e.data.error)) : res(e.data));
     w.postMessage({ modelUrl: "/model.bin", texts: rawTexts, warmup: warm });
-  });
+  })));
+  const raw = { ...raws[0], rate: raws.reduce((sum, r) => sum + (rawTexts.length * 1000) / r.ms, 0) };
   // 2. The pipeline without a server: IndexedDB miss (embed + write) vs IndexedDB hit.
   const dbName = "bench-" + Date.now();
   const local = new EmbeddingWorker({ model: { url: "/model.bin" }, dbName });
@@ -75,23 +77,29 @@ try {
   await reloaded.embedMany(warm);
   for (const t of missTexts) { const a = performance.now(); await reloaded.embed(t); idbHit.push(performance.now() - a); }
   reloaded.terminate();
-  // 3. End to end through the queue: enqueue, one worker claims, caches, locks, embeds, acks.
+  // 3. End to end through the queue: enqueue, N workers claim, cache, embed, ack.
   const auth = { authorization: "Bearer " + cfg.token, "content-type": "application/json" };
-  const q = new EmbeddingWorker({ server: { url: cfg.api, token: cfg.token }, model: { url: "/model.bin" }, dbName: "bench-q-" + Date.now() });
-  await q.ready;
-  await q.embedMany(warm);
+  const qs = await Promise.all(Array.from({ length: cfg.workers }, async (_, i) => {
+    const w = new EmbeddingWorker({ server: { url: cfg.api, token: cfg.token }, model: { url: "/model.bin" }, dbName: "bench-q-" + i + "-" + Date.now() });
+    await w.ready;
+    await w.embedMany(warm);
+    return w;
+  }));
+  const q = qs[0];
   const r = await fetch(cfg.api + "/v1/jobs", { method: "POST", headers: auth, body: JSON.stringify({ jobs: queueTexts.map((text) => ({ text })) }) });
   if (!r.ok) throw new Error("enqueue: " + r.status + " " + await r.text());
+  const queueIds = (await r.json()).jobs.map((j) => j.id);
   const t0 = performance.now();
-  await q.start({ concurrency: cfg.concurrency });
-  let stats;
+  await Promise.all(qs.map((w) => w.start({ concurrency: cfg.concurrency })));
   for (;;) {
-    stats = await q.stats();
-    if ((stats.counters.jobs_done ?? 0) >= queueTexts.length) break;
+    const st = await (await fetch(cfg.api + "/v1/jobs/status", { method: "POST", headers: auth, body: JSON.stringify({ ids: queueIds }) })).json();
+    if (st.jobs.filter((j) => j.state === "done").length === queueIds.length) break;
     await new Promise((res) => setTimeout(res, 25));
   }
   const queueMs = performance.now() - t0;
-  await q.stop({ deadline: 5000 });
+  await Promise.all(qs.map((w) => w.stop({ deadline: 5000 })));
+  const stats = await q.stats();
+  for (const w of qs.slice(1)) w.terminate();
   // 4. The same texts again under new job ids: 100 % local hits in the same worker, then 100 %
   // remote hits in a fresh worker (its local cache empty; the claim carries the server's entry).
   // Done when the server says every job is; each result's source says where its vector came from.
@@ -118,6 +126,11 @@ try {
     return { ms, sources };
   };
   const runId = Date.now().toString(36);
+  if (cfg.workers > 1) {
+    q.terminate();
+    window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), queueMs, n: queueTexts.length, stats };
+    throw "done";
+  }
   const localHits = await drain(q, "lh-" + runId + "-");
   q.terminate();
   const q2 = new EmbeddingWorker({ server: { url: cfg.api, token: cfg.token }, model: { url: "/model.bin" }, dbName: "bench-q2-" + Date.now() });
@@ -125,7 +138,7 @@ try {
   const remoteHits = await drain(q2, "rh-" + runId + "-");
   q2.terminate();
   window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), queueMs, n: queueTexts.length, stats, localHits, remoteHits };
-} catch (e) { window.__error = String(e && e.stack || e); }
+} catch (e) { if (e !== "done") window.__error = String(e && e.stack || e); }
 </script>`;
 
 const types = { ".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm", ".bin": "application/octet-stream" };
@@ -160,17 +173,19 @@ try {
   const err = await tab.evaluate(() => window.__error);
   if (err) throw new Error(err);
   const r = await tab.evaluate(() => window.__result);
-  const rawRate = (args.n * 1000) / r.raw.ms;
+  const rawRate = r.raw.rate;
   const queueRate = (r.n * 1000) / r.queueMs;
   const g = r.stats.gauges;
-  console.log(`chromium ${browser.version()}, model ${r.raw.modelId}, n=${args.n}, 1 worker, concurrency ${args.concurrency}`);
-  console.log(`bare engine in a worker: ${rawRate.toFixed(1)} embeds/s`);
+  console.log(`chromium ${browser.version()}, model ${r.raw.modelId}, n=${args.n}, ${args.workers} worker(s), concurrency ${args.concurrency}`);
+  console.log(`bare engine in a worker: ${rawRate.toFixed(1)} embeds/s${args.workers > 1 ? ` (the sum of ${args.workers} workers)` : ""}`);
   console.log(`end-to-end queue (claim, local cache, embed, local write, ack carrying the remote write; 0% hits): ${queueRate.toFixed(1)} jobs/s = ${((100 * queueRate) / rawRate).toFixed(1)}% of bare engine`);
+  const src = (x) => Object.entries(x.sources).map(([k, v]) => `${k} ${v}`).join(", ");
+  if (r.localHits) {
   const lhRate = (r.n * 1000) / r.localHits.ms;
   const rhRate = (r.n * 1000) / r.remoteHits.ms;
-  const src = (x) => Object.entries(x.sources).map(([k, v]) => `${k} ${v}`).join(", ");
   console.log(`end-to-end queue at 100% local hits (same worker, same texts, new job ids): ${lhRate.toFixed(1)} jobs/s = ${((100 * lhRate) / rawRate).toFixed(1)}% of bare engine (results by source: ${src(r.localHits)})`);
   console.log(`end-to-end queue at 100% remote hits (fresh worker, the claim carries the cached vector): ${rhRate.toFixed(1)} jobs/s per worker (results by source: ${src(r.remoteHits)})`);
+  } else console.log("hit phases: measured with --workers 1 only");
   console.log(`local miss (embed + IndexedDB write): median ${r.missMedian.toFixed(3)} ms`);
   console.log(`local hit, same worker (memory layer over IndexedDB): median ${r.hitMedian.toFixed(3)} ms = ${(r.missMedian / r.hitMedian).toFixed(1)}x faster than a miss`);
   console.log(`local hit after a reload (read from IndexedDB): median ${r.idbHitMedian.toFixed(3)} ms = ${(r.missMedian / r.idbHitMedian).toFixed(1)}x faster than a miss`);
