@@ -393,6 +393,11 @@ def split_of(domain, key, dev_pct, test_pct):
     # dict and WordNet queries share corpus.py's headword key (so a headword's queries and
     # definitions are in the same split as in the old corpus); other domains prefix the domain
     k = key if domain in ("dict", "queries") and ":" not in key else f"{domain}:{key}"
+    # a query generated from a package / man page goes where its source document goes
+    if domain == "queries" and key.startswith("pkg:"):
+        k = "pkgdesc:" + key[4:]
+    elif domain == "queries" and key.startswith("man:"):
+        k = key
     if domain in SMALL_DOMAINS:
         dev_pct, test_pct = SMALL_DOMAINS[domain]
     return C.split_of(k, dev_pct, test_pct).replace("val", "dev")
