@@ -120,6 +120,9 @@ def main():
     ap.add_argument("--ckpt-every", type=int, default=100)
     ap.add_argument("--max-train", type=int, default=0)
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--stop-after-min", type=float, default=0,
+                    help="checkpoint and exit after this many minutes of training (a pilot of the same "
+                         "schedule; continue it with --resume)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     run_dir = os.path.join(WORK, args.run)
@@ -284,6 +287,12 @@ def main():
         if step % args.eval_every == 0 or done:
             evaluate(step, float(np.mean(losses[-args.eval_every:])))
             t0 = time.time()
+        if args.stop_after_min and train_time >= 60 * args.stop_after_min and not done:
+            ckpt()
+            evaluate(step, float(np.mean(losses[-args.eval_every:])))
+            log(run_dir, f"--stop-after-min {args.stop_after_min} reached at step {step}; checkpoint saved, "
+                         f"continue with --resume")
+            return
     out = os.path.join(run_dir, "student_final.npz")
     TR.params_to_npz(out, params)
     log(run_dir, f"saved {out} at step {step}; {train_time / 60:.1f} min of training, "
