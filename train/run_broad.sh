@@ -14,7 +14,7 @@ mkdir -p "$W"
 export XLA_FLAGS="${XLA_FLAGS:---xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads=2}"
 export OMP_NUM_THREADS=2
 PY="nice -n 19 python3"
-BUDGET="${BUDGET:-65}"
+BUDGET="${BUDGET:-50}"
 WHEEL_SHA=b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54
 
 # 0. Debian sources and python deps
@@ -47,8 +47,13 @@ done
 
 # 4. distillation from the shipped model
 if [ "${RESUME:-0}" = 1 ]; then R=--resume; else R=; fi
-$PY train/distil.py --init models/ternlight-int4.bin --time-budget "$BUDGET" $R
+# (stage 2 ran this as a 7-minute pilot with --stop-after-min 7, then --resume; same schedule)
+$PY train/distil.py --init models/ternlight-int4.bin --run pilot_notok --lr 1e-3 --tok 0 --time-budget "$BUDGET" $R
+# the ternary-embedding variant, fine-tuned from it with its own fake-quant
+$PY train/distil.py --init "$W/pilot_notok/student_final.npz" --emb-format ternary --run ternary --lr 5e-4 --tok 0 --time-budget 6
 
 # 5. pack (checked against the training forward) and evaluate per domain + Ternlight protocol
-$PY train/pack.py --params "$W/run_broad/student_final.npz" --formats int4 --outdir "$W/run_broad" --val "$W/dev.tsv"
-$PY train/eval_domains.py --models models/ternlight-int4.bin "$W/run_broad/ternlight-int4.bin"
+$PY train/pack.py --params "$W/pilot_notok/student_final.npz" --formats int4 --outdir "$W/pilot_notok" --val "$W/dev.tsv"
+$PY train/pack.py --params "$W/ternary/student_final.npz" --formats ternary --outdir "$W/ternary" --val "$W/dev.tsv"
+$PY train/eval_domains.py --models models/ternlight-int4.bin models/ternlight-ternary.bin \
+  "$W/pilot_notok/ternlight-int4.bin" "$W/ternary/ternlight-ternary.bin"
