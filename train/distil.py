@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Broad-corpus distillation of the Ternlight student (issue 13), resumable, CPU or GPU (JAX).
 
-  python3 train/distil.py --init models/ternlight-int4.bin --time-budget 70 [--resume]
+  python3 train/distil.py --init models/ternlight-int4.bin --lr 1e-3 --tok 0 --time-budget 50 [--resume]
 
 Data: $TERN_WORK/pool.txt with the teacher labels that train/label.py --pool has finished
 (labels/pool_NNNN.npy; a shard still being written is not used), the teacher's last-layer token states
