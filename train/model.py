@@ -89,8 +89,9 @@ def quant_embedding(E, fmt):
     raise ValueError(fmt)
 
 
-def forward(p, ids, mask, quant=True, emb_format=None, heads=6):
-    """ids, mask: [B,T] int32.  Returns L2-normalised [B,O] float32."""
+def forward(p, ids, mask, quant=True, emb_format=None, heads=6, return_tokens=False):
+    """ids, mask: [B,T] int32.  Returns L2-normalised [B,O] float32; with return_tokens also the
+    projected final token states [B,T,O] (before pooling; for token-level distillation)."""
     if emb_format and emb_format != "fp32":
         # fake-quantise only the rows in use (cheap), exactly like the whole table would be
         rows = quant_embedding(p["emb"][ids.reshape(-1)], emb_format)
@@ -118,7 +119,10 @@ def forward(p, ids, mask, quant=True, emb_format=None, heads=6):
     m = mask.astype(jnp.float32)[..., None]
     e = (x * m).sum(1) / jnp.maximum(m.sum(1), 1.0)
     e = e @ p["proj"].T + p["proj_b"]
-    return e / jnp.maximum(jnp.linalg.norm(e, axis=-1, keepdims=True), 1e-12)
+    e = e / jnp.maximum(jnp.linalg.norm(e, axis=-1, keepdims=True), 1e-12)
+    if return_tokens:
+        return e, x @ p["proj"].T + p["proj_b"]
+    return e
 
 
 # --------------------------------------------------------------------------- init from MiniLM

@@ -111,12 +111,15 @@ def pack(params, fmt, path, heads=6, max_len=128):
     return data
 
 
-def check(params, path, fmt, n, vocab):
+def check(params, path, fmt, n, vocab, val_path):
     import tern_ref
     from train import embed_student
     m = tern_ref.load(path)
     tok = tern_ref.Tokenizer(vocab)
-    texts = [l.rstrip("\n") for l in open(os.path.join(HERE, "work", "val.txt"), encoding="utf-8")][:n]
+    texts = [l.rstrip("\n") for l in open(val_path, encoding="utf-8")]
+    if val_path.endswith(".tsv"):                             # domain \t text (train/sample_sets.py)
+        texts = [t.split("\t", 1)[1] for t in texts]
+    texts = texts[::max(1, len(texts) // n)][:n]
     texts += ["", "[PAD] [UNK] [CLS]", "x " * 300]          # edge cases: empty, special strings, truncation
     ids = tok.encode_batch(texts)
     ref = np.stack([tern_ref.embed_ids(m, i) for i in ids])
@@ -133,6 +136,8 @@ def main():
     ap.add_argument("--name", default="ternlight")
     ap.add_argument("--check", type=int, default=300)
     ap.add_argument("--vocab", default=os.path.join(HERE, "..", "models", "vocab.txt"))
+    ap.add_argument("--val", default=os.path.join(HERE, "work", "val.txt"),
+                    help="sentences for the check (.txt, or .tsv of domain<TAB>text)")
     args = ap.parse_args()
     from train import params_from_npz
     params = params_from_npz(args.params)
@@ -142,7 +147,7 @@ def main():
         h = hashlib.sha256(data).hexdigest()
         print(f"{path}: {len(data)} bytes sha256 {h} (model id {h[:16]})", flush=True)
         if args.check:
-            mn, mean, n = check(params, path, fmt, args.check, args.vocab)
+            mn, mean, n = check(params, path, fmt, args.check, args.vocab, args.val)
             print(f"  packed file (tools/tern_ref.py) vs training quantised forward on {n} sentences: "
                   f"min cos {mn:.6f} mean {mean:.6f} {'OK' if mn >= 0.999 else 'BELOW 0.999'}", flush=True)
 

@@ -1,0 +1,304 @@
+#!/usr/bin/env python3
+"""Broad-corpus distillation of the Ternlight student (issue 13), resumable, CPU or GPU (JAX).
+
+  python3 train/distil.py --init models/ternlight-int4.bin --lr 1e-3 --tok 0 --time-budget 50 [--resume]
+
+Data: $TERN_WORK/pool.txt with the teacher labels that train/label.py --pool has finished
+(labels/pool_NNNN.npy; a shard still being written is not used), the teacher's last-layer token states
+where they were kept (labels/pool_NNNN_tok.npy), and the per-domain dev set dev.tsv (+ dev_teacher.npy)
+for the curve.  The per-domain test sets are never read here.
+
+Init (--init): a packed TERN v1 file (the shipped model: its ternary codes become latent weights
+codes / (w_scale * mean|codes|), which re-quantise to the same codes and the same w_scale, so the
+first forward is the file's forward), a float checkpoint (.npz from train.py / distil.py), or
+'teacher' (MiniLM layers 0-1, as train.py does).
+
+Loss = (1 - cos(student, teacher))                              final vector
+     + --rel * mean over in-batch pairs (cos_s - cos_t)^2       pair structure (what Spearman measures)
+     + --spread * relu(mean cos_s - mean cos_t)
+     + --tok * mean over real tokens (1 - cos(student token state, teacher token state))
+       for the texts whose teacher token states were kept (projected student states before pooling).
+Quantised forward throughout (ternary weights, int8 activations, STE) with --emb-format fake-quant of
+the embedding rows (default int4, the file format), AdamW, linear warm-up then cosine to 5 % of --lr,
+time-aware: progress = max(step/steps, train_time/budget).  Checkpoint every --ckpt-every steps to
+$TERN_WORK/<run>/ckpt_last.npz (params, Adam state, step, RNG, train time); --resume continues.
+Log: <run>/train.log, curve: <run>/curve.tsv (per-domain dev Spearman).  Output: <run>/student_final.npz
+(pack with train/pack.py --params).
+
+Device-agnostic: on a CUDA machine with jax[cuda] installed the same command runs on the GPU (XLA picks
+the backend); nothing here assumes a CPU.
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads=2")
+from functools import partial
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+import optax
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "tools"))
+import model as M  # noqa: E402
+import train as TR  # noqa: E402  (tokenizer, padding, buckets, checkpoints, npz params)
+
+WORK = os.environ.get("TERN_WORK", os.path.join(HERE, "work"))
+BUCKETS = TR.BUCKETS
+
+
+def log(run_dir, msg):
+    line = time.strftime("%H:%M:%S ") + msg
+    print(line, flush=True)
+    with open(os.path.join(run_dir, "train.log"), "a") as f:
+        f.write(line + "\n")
+
+
+def params_from_tern(path):
+    """Latent float parameters whose quantised forward is exactly the packed file's forward."""
+    import tern_ref
+    m = tern_ref.load(path)
+    layers = []
+    for L in m["layers"]:
+        def lat(codes, ws):
+            frac = max(float(np.abs(codes).mean()), 1e-8)
+            return (codes / (ws * frac)).astype(np.float32)
+        layers.append(dict(
+            ln1_w=L["ln1_w"], ln1_b=L["ln1_b"], wq=lat(L["wq"], L["sq"]), wk=lat(L["wk"], L["sk"]),
+            wv=lat(L["wv"], L["sv"]), wo=lat(L["wo"], L["so"]), bo=L["bo"] / M.BIAS_SCALE,
+            ln2_w=L["ln2_w"], ln2_b=L["ln2_b"], w1=lat(L["w1"], L["s1"]), b1=L["b1"] / M.BIAS_SCALE,
+            w2=lat(L["w2"], L["s2"]), b2=L["b2"] / M.BIAS_SCALE))
+    p = dict(emb=m["emb"], layers=layers, lnf_w=m["lnf_w"], lnf_b=m["lnf_b"], proj=m["proj"], proj_b=m["proj_b"])
+    return jax.tree_util.tree_map(lambda a: jnp.asarray(np.asarray(a, np.float32)), p)
+
+
+def load_pool(tok, max_n=0):
+    texts = [l.rstrip("\n") for l in open(os.path.join(WORK, "pool.txt"), encoding="utf-8")]
+    doms = [l.rstrip("\n") for l in open(os.path.join(WORK, "pool_domains.txt"))]
+    ys, tok_states = [], {}
+    n = 0
+    for s in range(10 ** 6):
+        p = os.path.join(WORK, "labels", f"pool_{s:04d}.npy")
+        if not os.path.exists(p):
+            break
+        y = np.load(p)
+        tp = p[:-4] + "_tok.npy"
+        if os.path.exists(tp):
+            off = np.load(p[:-4] + "_off.npy")
+            tok_states[s] = (n, off, np.load(tp, mmap_mode="r"))
+        ys.append(y)
+        n += len(y)
+        if max_n and n >= max_n:
+            break
+    y = np.concatenate(ys).astype(np.float32)
+    texts, doms = texts[:len(y)], doms[:len(y)]
+    ids = [e.ids for e in tok.encode_batch(texts)]
+    return texts, doms, ids, y, tok_states
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--init", default=os.path.join(HERE, "..", "models", "ternlight-int4.bin"))
+    ap.add_argument("--run", default="run_broad", help="run directory name under $TERN_WORK")
+    ap.add_argument("--steps", type=int, default=100000)
+    ap.add_argument("--time-budget", type=float, default=70, help="minutes of training-step time")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--wd", type=float, default=0.01)
+    ap.add_argument("--warmup-frac", type=float, default=0.03)
+    ap.add_argument("--rel", type=float, default=8.0)
+    ap.add_argument("--spread", type=float, default=0.1)
+    ap.add_argument("--tok", type=float, default=0.0,
+                    help="weight of the token-state term (0.5 lost to 0 in the stage-2 pilots)")
+    ap.add_argument("--emb-format", default="int4")
+    ap.add_argument("--eval-every", type=int, default=200)
+    ap.add_argument("--ckpt-every", type=int, default=100)
+    ap.add_argument("--max-train", type=int, default=0)
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--stop-after-min", type=float, default=0,
+                    help="checkpoint and exit after this many minutes of training (a pilot of the same "
+                         "schedule; continue it with --resume)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    run_dir = os.path.join(WORK, args.run)
+    os.makedirs(run_dir, exist_ok=True)
+    t_start = time.time()
+    tok = TR.get_tokenizer()
+    texts, doms, ids, y, tok_states = load_pool(tok, args.max_train)
+    has_tok = np.zeros(len(ids), bool)
+    for s, (start, off, _) in tok_states.items():
+        has_tok[start:start + len(off) - 1] = True
+    buckets = TR.make_buckets(ids)
+    bkeys = list(buckets)
+    bprob = np.array([len(buckets[b]) for b in bkeys], np.float64)
+    bprob /= bprob.sum()
+    dev = [l.rstrip("\n").split("\t", 1) for l in open(os.path.join(WORK, "dev.tsv"), encoding="utf-8")]
+    dev_dom = np.array([d for d, _ in dev])
+    dev_ids = [e.ids for e in tok.encode_batch([t for _, t in dev])]
+    dev_y = np.load(os.path.join(WORK, "dev_teacher.npy")).astype(np.float32)
+    dom_names = sorted(set(dev_dom))
+    log(run_dir, f"train {len(ids)} labelled pool texts ({int(has_tok.sum())} with teacher token states), "
+                 f"buckets {dict(zip(bkeys, [len(buckets[b]) for b in bkeys]))}; dev {len(dev_ids)} "
+                 f"({', '.join(dom_names)}); backend {jax.default_backend()}")
+
+    if args.init == "teacher":
+        from safetensors.numpy import load_file
+        tw = load_file(os.path.join(TR.TEACHER_DIR, "model.safetensors"))
+        ca, cm = TR.pad(ids[:64], max(len(x) for x in ids[:64]))
+        params = M.init_from_teacher(tw, ca, cm)
+    elif args.init.endswith(".npz"):
+        params = TR.params_from_npz(args.init)
+    else:
+        params = params_from_tern(args.init)
+        if not args.resume:
+            # the init must reproduce the file: numpy reference forward vs the training forward
+            import tern_ref
+            m = tern_ref.load(args.init)
+            sub = dev_ids[::max(1, len(dev_ids) // 200)]
+            ref = np.stack([tern_ref.embed_ids(m, x) for x in sub])
+            ref /= np.linalg.norm(ref, axis=1, keepdims=True)
+            tr = TR.embed_student(params, sub, quant=True, emb_format=m["format"])
+            c = (ref * tr).sum(1)
+            log(run_dir, f"init from {args.init}: training forward vs tools/tern_ref.py on {len(sub)} dev texts: "
+                         f"min cos {c.min():.6f} mean {c.mean():.6f}")
+            if c.min() < 0.999:
+                sys.exit("init does not reproduce the packed file's forward")
+
+    def lr_at(p):
+        if p < args.warmup_frac:
+            return args.lr * p / args.warmup_frac
+        q = min(1.0, (p - args.warmup_frac) / (1 - args.warmup_frac))
+        return args.lr * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * q)))
+
+    def wd_mask(p):
+        return jax.tree_util.tree_map_with_path(
+            lambda path, x: x.ndim == 2 and "emb" not in jax.tree_util.keystr(path), p)
+
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.scale_by_adam(b1=0.9, b2=0.98, eps=1e-8),
+                     optax.add_decayed_weights(args.wd, mask=wd_mask))
+    opt_state = tx.init(params)
+    step, train_time = 0, 0.0
+    rng = np.random.RandomState(args.seed)
+    ck = os.path.join(run_dir, "ckpt_last.npz")
+    curve = os.path.join(run_dir, "curve.tsv")
+    if args.resume and os.path.exists(ck):
+        params, opt_state, step, rs = TR.load_ckpt(ck, params, opt_state)
+        rng.set_state((rs[0], np.array(rs[1], np.uint32), rs[2], rs[3], rs[4]))
+        train_time = float(rs[5])
+        log(run_dir, f"resumed from {ck} at step {step} ({train_time / 60:.1f} min of training)")
+    else:
+        with open(curve, "w") as f:
+            f.write("step\ttrain_min\tdev_mean_spearman\t" + "\t".join(dom_names) + "\tdev_cos\ttrain_loss\n")
+        with open(os.path.join(run_dir, "args.json"), "w") as f:
+            json.dump(vars(args), f, indent=1)
+
+    def loss_fn(params, ids_b, mask, tgt, tok_t, tok_m, emb_format):
+        e, ts = M.forward(params, ids_b, mask, quant=True, emb_format=emb_format, return_tokens=True)
+        l_cos = (1.0 - (e * tgt).sum(1)).mean()
+        B = e.shape[0]
+        off = 1.0 - jnp.eye(B)
+        Ss, St = e @ e.T, tgt @ tgt.T
+        l_rel = (((Ss - St) ** 2) * off).sum() / off.sum()
+        ms, mt = (Ss * off).sum() / off.sum(), (St * off).sum() / off.sum()
+        l_spread = jax.nn.relu(ms - mt)
+        tn = ts / jnp.maximum(jnp.linalg.norm(ts, axis=-1, keepdims=True), 1e-6)
+        tt = tok_t / jnp.maximum(jnp.linalg.norm(tok_t, axis=-1, keepdims=True), 1e-6)
+        l_tok = ((1.0 - (tn * tt).sum(-1)) * tok_m).sum() / jnp.maximum(tok_m.sum(), 1.0)
+        loss = l_cos + args.rel * l_rel + args.spread * l_spread + args.tok * l_tok
+        return loss, (l_cos, l_rel, l_tok)
+
+    @partial(jax.jit, static_argnames=("emb_format",))
+    def train_step(params, opt_state, ids_b, mask, tgt, tok_t, tok_m, lr, emb_format):
+        (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            params, ids_b, mask, tgt, tok_t, tok_m, emb_format)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        updates = jax.tree_util.tree_map(lambda u: -lr * u, updates)
+        return optax.apply_updates(params, updates), opt_state, loss, aux
+
+    def progress(s, tt):
+        p = s / args.steps
+        if args.time_budget:
+            p = max(p, tt / (60.0 * args.time_budget))
+        return min(p, 1.0)
+
+    def evaluate(s, train_loss):
+        e = TR.embed_student(params, dev_ids, quant=True, emb_format=args.emb_format)
+        sp = {}
+        for d in dom_names:
+            idx = np.where(dev_dom == d)[0]
+            i, j = np.triu_indices(len(idx), 1)
+            a, b = idx[i], idx[j]
+            sp[d] = TR.spearman((e[a] * e[b]).sum(1), (dev_y[a] * dev_y[b]).sum(1))
+        c = float((e * dev_y).sum(1).mean())
+        mean = float(np.mean(list(sp.values())))
+        log(run_dir, f"step {s} dev mean spearman {mean:.4f} | " + " ".join(f"{d} {v:.4f}" for d, v in sp.items())
+            + f" | dev cos {c:.4f} | train loss {train_loss:.4f} | {train_time / 60:.1f} train-min")
+        with open(curve, "a") as f:
+            f.write(f"{s}\t{train_time / 60:.2f}\t{mean:.5f}\t" + "\t".join(f"{sp[d]:.5f}" for d in dom_names)
+                    + f"\t{c:.5f}\t{train_loss:.5f}\n")
+
+    def ckpt():
+        st = rng.get_state()
+        TR.save_ckpt(ck, params, opt_state, step, [st[0], st[1].tolist(), st[2], st[3], st[4], train_time])
+
+    def token_targets(idx, L):
+        tt = np.zeros((len(idx), L, 384), np.float32)
+        tm = np.zeros((len(idx), L), np.float32)
+        for r, k in enumerate(idx):
+            if not has_tok[k]:
+                continue
+            sh = k // 10000
+            start, off, arr = tok_states[sh]
+            a, b = off[k - start], off[k - start + 1]
+            n = min(b - a, L)
+            tt[r, :n] = arr[a:a + n]
+            tm[r, :n] = 1.0
+        return tt, tm
+
+    if step == 0:
+        evaluate(0, float("nan"))
+    losses, t0 = [], time.time()
+    while progress(step, train_time) < 1.0:
+        ts = time.time()
+        lr = lr_at(progress(step, train_time))
+        b = bkeys[rng.choice(len(bkeys), p=bprob)]
+        idx = buckets[b][rng.randint(0, len(buckets[b]), args.batch)]
+        a, m = TR.pad([ids[k] for k in idx], b)
+        tt, tm = token_targets(idx, b)
+        params, opt_state, loss, aux = train_step(params, opt_state, jnp.asarray(a), jnp.asarray(m),
+                                                  jnp.asarray(y[idx]), jnp.asarray(tt), jnp.asarray(tm),
+                                                  jnp.float32(lr), args.emb_format)
+        step += 1
+        losses.append(float(loss))
+        train_time += time.time() - ts
+        if step % 20 == 0:
+            log(run_dir, f"step {step} progress {progress(step, train_time):.3f} loss {np.mean(losses[-20:]):.4f} "
+                         f"(cos {float(aux[0]):.4f} rel {float(aux[1]):.5f} tok {float(aux[2]):.4f}) lr {lr:.2e} "
+                         f"{(time.time() - t0) / 20:.2f}s/step")
+            t0 = time.time()
+        done = progress(step, train_time) >= 1.0
+        if step % args.ckpt_every == 0 or done:
+            ckpt()
+        if step % args.eval_every == 0 or done:
+            evaluate(step, float(np.mean(losses[-args.eval_every:])))
+            t0 = time.time()
+        if args.stop_after_min and train_time >= 60 * args.stop_after_min and not done:
+            ckpt()
+            evaluate(step, float(np.mean(losses[-args.eval_every:])))
+            log(run_dir, f"--stop-after-min {args.stop_after_min} reached at step {step}; checkpoint saved, "
+                         f"continue with --resume")
+            return
+    out = os.path.join(run_dir, "student_final.npz")
+    TR.params_to_npz(out, params)
+    log(run_dir, f"saved {out} at step {step}; {train_time / 60:.1f} min of training, "
+                 f"{(time.time() - t_start) / 60:.1f} min wall")
+
+
+if __name__ == "__main__":
+    main()
