@@ -388,6 +388,13 @@ async fn dispatch(msg: ToWorker, progress: bool) -> Result<FromWorker, WorkerErr
             db_name,
             max_local_entries,
         } => {
+            if STATE.with(|s| s.borrow().running.is_some()) {
+                // Replacing the pipeline under the running loop would orphan it (and `stop`
+                // would then wait forever): the page stops first, then re-inits.
+                return Err(WorkerError::BadMessage(
+                    "the queue is running: stop it before changing the server or settings".into(),
+                ));
+            }
             let (cfg, adapter) = parse_config(config)?;
             let engine = STATE.with(|s| s.borrow().engine.clone());
             let db = db_name.unwrap_or_else(|| DEFAULT_DB.to_owned());

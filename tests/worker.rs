@@ -5,6 +5,8 @@
 
 use std::rc::Rc;
 
+use wasm_bindgen::JsValue;
+
 use futures_util::future::join;
 use gloo_net::http::Request;
 use serde_json::{json, Value};
@@ -717,4 +719,40 @@ async fn an_expiring_token_is_renewed_mid_queue_without_losing_or_repeating_a_jo
         assert_eq!(st["state"], "done", "{id}: {st}");
         assert_eq!(st["attempt"], 1, "{id}: done once, never repeated: {st}");
     }
+}
+
+#[wasm_bindgen_test]
+async fn init_while_the_queue_runs_is_refused_and_stop_still_returns() {
+    let msg = |json: String| js_sys::JSON::parse(&json).unwrap();
+    let s = server();
+    let server = format!(r#"{{"url":"{}","token":"{}"}}"#, s.url, s.token);
+    let field = |v: &JsValue, k: &str| {
+        js_sys::Reflect::get(v, &JsValue::from_str(k))
+            .unwrap()
+            .as_string()
+            .unwrap_or_default()
+    };
+    let r = ternflow::worker::handle(msg(format!(
+        r#"{{"type":"init","id":1,"server":{server}}}"#
+    )))
+    .await;
+    assert_eq!(field(&r, "type"), "ready");
+    let r = ternflow::worker::handle(msg(r#"{"type":"start","id":2}"#.into())).await;
+    assert_eq!(field(&r, "type"), "started");
+    let r = ternflow::worker::handle(msg(format!(
+        r#"{{"type":"init","id":3,"server":{server}}}"#
+    )))
+    .await;
+    assert_eq!(
+        field(&r, "type"),
+        "error",
+        "init under a running queue is refused"
+    );
+    let r =
+        ternflow::worker::handle(msg(r#"{"type":"stop","id":4,"deadlineMs":2000}"#.into())).await;
+    assert_eq!(
+        field(&r, "type"),
+        "stopped",
+        "stop returns: the loop was not orphaned"
+    );
 }
