@@ -77,7 +77,6 @@ struct Inner {
     /// An upper bound on the records stored (a put counts as one more even when it replaces):
     /// the exact count, one more IndexedDB request per put, is only taken near the bound.
     upper_bound: Cell<Option<u32>>,
-    last_expiry: Cell<Option<u64>>,
     /// Records waiting for the writer task, each with whom to tell.
     queued: RefCell<Vec<(Record, WriteReply)>>,
     /// Whether the writer task runs.
@@ -115,7 +114,6 @@ impl IdbCache {
                 max_entries: max_entries.max(1),
                 evicted: Cell::new(0),
                 upper_bound: Cell::new(None),
-                last_expiry: Cell::new(None),
                 queued: RefCell::new(Vec::new()),
                 writing: Cell::new(false),
             }),
@@ -302,17 +300,17 @@ fn decode(v: &JsValue) -> Result<Record, IdbError> {
 }
 
 impl IdbCache {
-    /// The expiry (Unix ms) of the record the last successful [`LocalCache::get`] returned, so a
-    /// memory layer in front can keep the same deadline.
-    pub fn last_expiry(&self) -> Option<u64> {
-        self.inner.last_expiry.get()
-    }
-}
-
-impl LocalCache for IdbCache {
-    async fn get(&self, key: &str, now_ms: u64) -> ternflow_core::Result<Option<Vec<f32>>> {
+    /// A live vector and its expiry (Unix ms), so a memory layer in front can keep the same
+    /// deadline. An expired record is deleted; a hit older than a minute is touched (LRU).
+    ///
+    /// # Errors
+    /// When IndexedDB fails.
+    pub async fn get_with_expiry(
+        &self,
+        key: &str,
+        now_ms: u64,
+    ) -> ternflow_core::Result<Option<(Vec<f32>, u64)>> {
         let now = now_ms as f64;
-        self.inner.last_expiry.set(None);
         let Some(mut rec) = self.get_record(key).await? else {
             return Ok(None);
         };
@@ -324,8 +322,13 @@ impl LocalCache for IdbCache {
             rec.used_at = now;
             self.put_record(&rec).await?;
         }
-        self.inner.last_expiry.set(Some(rec.expires_at as u64));
-        Ok(Some(rec.vector))
+        Ok(Some((rec.vector, rec.expires_at as u64)))
+    }
+}
+
+impl LocalCache for IdbCache {
+    async fn get(&self, key: &str, now_ms: u64) -> ternflow_core::Result<Option<Vec<f32>>> {
+        Ok(self.get_with_expiry(key, now_ms).await?.map(|(v, _)| v))
     }
 
     async fn put(

@@ -78,11 +78,13 @@ impl LocalCache for AnyLocal {
                 if let Some(v) = hot.get(key, now_ms).await? {
                     return Ok(Some(v));
                 }
-                let v = c.get(key, now_ms).await?;
-                if let (Some(v), Some(exp)) = (&v, c.last_expiry()) {
-                    hot.put(key, v, exp, now_ms).await?;
+                match c.get_with_expiry(key, now_ms).await? {
+                    Some((v, exp)) => {
+                        hot.put(key, &v, exp, now_ms).await?;
+                        Ok(Some(v))
+                    }
+                    None => Ok(None),
                 }
-                Ok(v)
             }
             AnyLocal::Memory(c) => c.get(key, now_ms).await,
         }
