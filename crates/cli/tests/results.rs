@@ -1,47 +1,24 @@
 //! `ternflow enqueue --ids-out` and `ternflow results` against a real `ternflow serve`: the
 //! finished jobs' vectors come back in id order, as JSON lines and as a NumPy file.
 
-use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use common::{free_port, ternflow, Server};
 
 use serde_json::{json, Value};
 
 const TOKEN: &str = "results-admin";
 
-fn ternflow() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ternflow"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn results_come_back_in_id_order_as_jsonl_and_npy() {
     let dir = tempfile::tempdir().unwrap();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let base = format!("http://127.0.0.1:{port}");
-    let mut server = ternflow()
-        .args([
-            "serve",
-            "--addr",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-        ])
-        .arg(dir.path().join("data"))
-        .current_dir(dir.path())
-        .env("TERNFLOW_TOKENS", format!("{TOKEN}:admin"))
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let srv = Server::start(
+        &dir.path().join("data"),
+        free_port(),
+        &[],
+        &[("TERNFLOW_TOKENS", format!("{TOKEN}:admin"))],
+    );
+    let base = srv.base.clone();
     let texts = dir.path().join("texts.txt");
     std::fs::write(&texts, "alpha\nbeta\ngamma\n").unwrap();
     let ids_file = dir.path().join("ids.txt");
@@ -133,6 +110,5 @@ async fn results_come_back_in_id_order_as_jsonl_and_npy() {
         format!("{}\n{}\n", ids[0], ids[2]),
         "the rows' ids"
     );
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(srv);
 }

@@ -3,85 +3,35 @@
 //! in the middle of writes, a client that stalls mid-header, and SIGTERM with it still
 //! connected. Every job the server confirmed must be there after a restart.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use common::{free_port, Server};
 
 use serde_json::{json, Value};
 
 const PRODUCER: &str = "p-tok";
 const WORKER: &str = "w-tok";
 
-struct Server {
-    child: Child,
-    base: String,
-    port: u16,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Starts `ternflow serve` on the SQLite store in `data`. SIGXFSZ is ignored (as a server
-/// should: a file-size limit then fails the write with EFBIG instead of killing the process).
+/// Starts `ternflow serve` on the SQLite store in `data`, with a producer and a worker token.
 fn start(data: &Path, port: u16, extra: &[&str]) -> Server {
-    let child = Command::new("bash")
-        .arg("-c")
-        .arg(r#"trap '' XFSZ; exec "$0" "$@""#)
-        .arg(env!("CARGO_BIN_EXE_ternflow"))
-        .args(["serve", "--store", "embedded", "--addr"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--data-dir")
-        .arg(data)
-        .args(extra)
-        .current_dir(data.parent().unwrap())
-        .env(
+    let mut args = vec!["--store", "embedded"];
+    args.extend_from_slice(extra);
+    Server::start(
+        data,
+        port,
+        &args,
+        &[(
             "TERNFLOW_TOKENS",
             format!("{PRODUCER}:producer,{WORKER}:worker"),
-        )
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // Owned by `Server` from here on: its `Drop` kills and reaps the process on every path.
-    let srv = Server {
-        child,
-        base: format!("http://127.0.0.1:{port}"),
-        port,
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return srv;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("ternflow serve did not start");
-}
-
-impl Server {
-    fn kill9(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+        )],
+    )
 }
 
 fn prlimit_fsize(pid: u32, limit: &str) {

@@ -1,17 +1,15 @@
 //! `ternflow token mint` and a real `ternflow serve` that accepts its tokens: each tenant gets a
 //! SQLite database of its own, and sees only its own jobs.
 
-use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use std::process::Command;
+
+use common::{free_port, ternflow, Server};
 
 use serde_json::{json, Value};
 
 const SECRET_B64: &str = "a2V5LW9uZS1rZXktb25lLWtleS1vbmUta2V5LW9uZS0="; // 32 bytes
-
-fn ternflow() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ternflow"))
-}
 
 fn mint(role: &str, tenant: &str) -> String {
     let out = ternflow()
@@ -48,32 +46,13 @@ fn mint_refuses_bad_arguments() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minted_tokens_open_one_tenant_each_on_a_real_server() {
     let dir = tempfile::tempdir().unwrap();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = ternflow()
-        .args([
-            "serve",
-            "--addr",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-        ])
-        .arg(dir.path().join("data"))
-        .current_dir(dir.path())
-        .env("TERNFLOW_JWT_KEYS", format!("k1:hs256:{SECRET_B64}"))
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let base = format!("http://127.0.0.1:{port}");
+    let srv = Server::start(
+        &dir.path().join("data"),
+        free_port(),
+        &[],
+        &[("TERNFLOW_JWT_KEYS", format!("k1:hs256:{SECRET_B64}"))],
+    );
+    let base = srv.base.clone();
     let http = reqwest::Client::new();
     let r = http
         .post(format!("{base}/v1/jobs"))
@@ -103,8 +82,35 @@ async fn minted_tokens_open_one_tenant_each_on_a_real_server() {
         claim(mint("worker", "globex")).await.is_empty(),
         "another tenant sees nothing"
     );
-    let jobs = claim(mint("worker", "acme")).await;
-    assert_eq!(jobs.len(), 1);
+    // The documented Node recipe mints tokens the server accepts.
+    let recipe = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/recipes/mint-token.mjs"
+    );
+    let out = Command::new("node")
+        .args([recipe, "k1", "worker", "acme", "300"])
+        .env("TERNFLOW_JWT_SECRET", SECRET_B64)
+        .output()
+        .expect("node is installed (the machine image has it; scripts/setup.sh uses it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let node_token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let r = http
+        .get(format!("{base}/v1/jobs/none"))
+        .bearer_auth(&node_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        404,
+        "a Node-minted token is accepted (404: no such job)"
+    );
+    let jobs = claim(node_token).await;
+    assert_eq!(jobs.len(), 1, "and it claims in its tenant");
     assert_eq!(jobs[0]["text"], "hello acme");
     assert!(dir
         .path()
@@ -121,6 +127,4 @@ async fn minted_tokens_open_one_tenant_each_on_a_real_server() {
         .await
         .unwrap();
     assert_eq!(r.status(), 401);
-    let _ = child.kill();
-    let _ = child.wait();
 }

@@ -1,0 +1,89 @@
+//! The one harness the CLI's process tests share: a real `ternflow serve` on a free port,
+//! killed and reaped when dropped.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The `ternflow` binary under test.
+pub fn ternflow() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ternflow"))
+}
+
+/// A running `ternflow serve`.
+pub struct Server {
+    pub child: Child,
+    pub base: String,
+    pub port: u16,
+}
+
+impl Server {
+    /// Starts `ternflow serve --addr 127.0.0.1:PORT --data-dir DATA EXTRA…` with `envs`, in
+    /// `data`'s parent directory (so no default model is picked up), and waits until it accepts
+    /// connections. SIGXFSZ is ignored, as a server should: a file-size limit then fails a write
+    /// with EFBIG instead of killing the process.
+    pub fn start(data: &Path, port: u16, extra: &[&str], envs: &[(&str, String)]) -> Server {
+        let mut cmd = Command::new("bash");
+        cmd.arg("-c")
+            .arg(r#"trap '' XFSZ; exec "$0" "$@""#)
+            .arg(env!("CARGO_BIN_EXE_ternflow"))
+            .args([
+                "serve",
+                "--addr",
+                &format!("127.0.0.1:{port}"),
+                "--data-dir",
+            ])
+            .arg(data)
+            .args(extra)
+            .current_dir(data.parent().unwrap())
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        // Owned by `Server` from here on: its `Drop` kills and reaps the process on every path.
+        let srv = Server {
+            child: cmd.spawn().unwrap(),
+            base: format!("http://127.0.0.1:{port}"),
+            port,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return srv;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("ternflow serve did not start");
+    }
+
+    /// `kill -9`, and wait for it.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
