@@ -10,7 +10,12 @@
 //! # Layout
 //! - [`config`]: limits and queue policy ([`Config`]), backoff and TTL jitter.
 //! - [`error`]: the crate's one error enum, mapped to status codes and the error body.
-//! - [`auth`]: bearer tokens and roles.
+//! - [`auth`]: static bearer tokens (digests, constant-time lookup), roles, the route gate.
+//! - [`jwt`]: short-lived signed tokens (role, tenant, expiry), verification and minting.
+//! - [`tenants`]: a store and event hub per tenant, and the `Ctx` extractor handing a handler
+//!   its caller's.
+//! - `limits`: per-token request rate, SSE streams and claims.
+//! - `serve`: [`run`], the accept loop (header timeout, connection bound, shutdown deadline).
 //! - [`clock`]: the injected [`Clock`] (system or fake).
 //! - [`state`]: [`AppState`], shared by every handler.
 //! - [`store`]: the store traits ([`QueueStore`], [`CacheStore`], [`LockStore`], [`EventBus`];

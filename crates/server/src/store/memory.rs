@@ -4,7 +4,6 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use ternflow_core::keys;
@@ -14,6 +13,7 @@ use ternflow_core::protocol::{
 };
 use tokio::sync::broadcast;
 
+use super::local_events::LocalEvents;
 use super::{
     cap_error, new_token, push_history, AckOutcome, CacheStore, Claimed, EventBus, Fenced,
     JobRecord, LockOutcome, LockStore, NumberedEvent, PutOutcome, QueueStore,
@@ -187,9 +187,7 @@ impl Inner {
 #[derive(Debug)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,
-    events: broadcast::Sender<NumberedEvent>,
-    /// Last event id; held while sending so events leave in id order.
-    event_seq: Mutex<u64>,
+    events: LocalEvents,
 }
 
 impl Default for MemoryStore {
@@ -213,15 +211,9 @@ impl MemoryStore {
     }
 
     fn with_inner(inner: Inner) -> Self {
-        let (events, _) = broadcast::channel(4_096);
-        let start = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
         MemoryStore {
             inner: Mutex::new(inner),
-            events,
-            event_seq: Mutex::new(start * 1_000),
+            events: LocalEvents::default(),
         }
     }
 
@@ -658,11 +650,7 @@ impl LockStore for MemoryStore {
 #[async_trait]
 impl EventBus for MemoryStore {
     async fn publish(&self, event: ServerEvent) -> Result<u64> {
-        let mut seq = self.event_seq.lock().unwrap_or_else(|p| p.into_inner());
-        *seq += 1;
-        // No subscribers is fine.
-        let _ = self.events.send((*seq, event));
-        Ok(*seq)
+        Ok(self.events.publish(event))
     }
 
     fn subscribe(&self) -> broadcast::Receiver<NumberedEvent> {

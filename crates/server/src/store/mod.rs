@@ -25,6 +25,7 @@ use tokio::sync::broadcast;
 use crate::error::Result;
 
 pub mod conformance;
+pub mod local_events;
 pub mod memory;
 pub mod redis;
 pub mod sqlite;

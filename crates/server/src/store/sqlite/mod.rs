@@ -23,9 +23,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -41,6 +40,7 @@ use super::{
     Fenced, JobRecord, LockOutcome, LockStore, NumberedEvent, PutOutcome, QueueStore,
 };
 use crate::error::{Error, Result};
+use crate::store::local_events::LocalEvents;
 
 mod writer;
 
@@ -70,9 +70,7 @@ pub struct SqliteStore {
     threads: Vec<JoinHandle<()>>,
     path: PathBuf,
     done_retention_ms: Arc<AtomicU64>,
-    events: broadcast::Sender<NumberedEvent>,
-    /// Last event id; held while sending so events leave in id order.
-    event_seq: Mutex<u64>,
+    events: LocalEvents,
 }
 
 fn db_err(e: rusqlite::Error) -> Error {
@@ -142,19 +140,13 @@ impl SqliteStore {
             .name("ternflow-sqlite-read".into())
             .spawn(move || writer::run_reader(reader, rrx))
             .map_err(spawn_err)?;
-        let (events, _) = broadcast::channel(4_096);
-        let start = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
         Ok(SqliteStore {
             ops: Some(tx),
             reads: Some(rtx),
             threads: vec![writer, reader],
             path,
             done_retention_ms: Arc::new(AtomicU64::new(KEEP_FOREVER)),
-            events,
-            event_seq: Mutex::new(start * 1_000),
+            events: LocalEvents::default(),
         })
     }
 
@@ -965,11 +957,7 @@ impl LockStore for SqliteStore {
 #[async_trait]
 impl EventBus for SqliteStore {
     async fn publish(&self, event: ServerEvent) -> Result<u64> {
-        let mut seq = self.event_seq.lock().unwrap_or_else(|p| p.into_inner());
-        *seq += 1;
-        // No subscribers is fine.
-        let _ = self.events.send((*seq, event));
-        Ok(*seq)
+        Ok(self.events.publish(event))
     }
 
     fn subscribe(&self) -> broadcast::Receiver<NumberedEvent> {
