@@ -43,6 +43,8 @@ impl Deref for HttpClient {
 pub struct ClientInner {
     base: RefCell<Option<String>>,
     token: RefCell<String>,
+    /// The current token's `exp` (Unix s) when it is a JWT, read once when the token is set.
+    token_exp: Cell<Option<u64>>,
     /// Where a fresh token comes from (the page's `token()` function), when it can be renewed.
     token_source: RefCell<Option<TokenSource>>,
     worker: String,
@@ -100,6 +102,7 @@ impl HttpClient {
             inner: Rc::new(ClientInner {
                 base: RefCell::new(base.map(|b| b.trim_end_matches('/').to_owned())),
                 token: RefCell::new(token.to_owned()),
+                token_exp: Cell::new(jwt_exp(token)),
                 token_source: RefCell::new(None),
                 worker: worker.to_owned(),
                 backend_model: RefCell::new(None),
@@ -144,6 +147,7 @@ impl HttpClient {
     /// Replaces the bearer token (every clone of this client uses it from the next request).
     pub fn set_token(&self, token: &str) {
         *self.token.borrow_mut() = token.to_owned();
+        self.token_exp.set(jwt_exp(token));
     }
 
     /// Renews the token from `source`: before a signed token expires (within
@@ -178,8 +182,7 @@ impl HttpClient {
         if self.token_source.borrow().is_none() {
             return;
         }
-        let exp = jwt_exp(&self.token.borrow());
-        if let Some(exp) = exp {
+        if let Some(exp) = self.token_exp.get() {
             let now_s = ternflow_core::ports::Clock::now_ms(&crate::clock::BrowserClock) / 1_000;
             if now_s + RENEW_BEFORE_S >= exp {
                 self.renew_token().await;
