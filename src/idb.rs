@@ -9,7 +9,9 @@
 //! Writes are grouped: a `put` joins a queue, and one task writes everything queued in one
 //! transaction (then whatever queued meanwhile, in the next one), so jobs finishing together pay
 //! one IndexedDB transaction instead of one each. Each `put` still resolves only once its record
-//! is committed.
+//! is committed. Reads are grouped the same way: the gets of a claimed batch (or of one
+//! `embedMany`) start together, join one read queue, and one read-only transaction answers them
+//! all.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -41,6 +43,9 @@ pub enum IdbError {
     /// The grouped write carrying this record failed.
     #[error("indexeddb write: {0}")]
     Write(String),
+    /// The grouped read carrying this key failed.
+    #[error("indexeddb read: {0}")]
+    Read(String),
 }
 
 impl From<IdbError> for ternflow_core::Error {
@@ -69,6 +74,7 @@ pub struct IdbCache {
 }
 
 type WriteReply = oneshot::Sender<Result<(), String>>;
+type ReadReply = oneshot::Sender<Result<Option<JsValue>, String>>;
 
 struct Inner {
     db: Rexie,
@@ -81,6 +87,10 @@ struct Inner {
     queued: RefCell<Vec<(Record, WriteReply)>>,
     /// Whether the writer task runs.
     writing: Cell<bool>,
+    /// Keys waiting for the reader task, each with whom to tell.
+    reads: RefCell<Vec<(String, ReadReply)>>,
+    /// Whether the reader task runs.
+    reading: Cell<bool>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -116,6 +126,8 @@ impl IdbCache {
                 upper_bound: Cell::new(None),
                 queued: RefCell::new(Vec::new()),
                 writing: Cell::new(false),
+                reads: RefCell::new(Vec::new()),
+                reading: Cell::new(false),
             }),
         })
     }
@@ -152,6 +164,49 @@ impl IdbCache {
 }
 
 impl Inner {
+    /// Answers the queued reads, one read-only transaction per round (its gets issued together),
+    /// until the queue is empty.
+    async fn read_queued(&self) {
+        loop {
+            let batch: Vec<(String, ReadReply)> = self.reads.borrow_mut().drain(..).collect();
+            if batch.is_empty() {
+                self.reading.set(false);
+                return;
+            }
+            match self.get_values(batch.iter().map(|(k, _)| k.as_str())).await {
+                Ok(values) => {
+                    for ((_, reply), v) in batch.into_iter().zip(values) {
+                        let _ = reply.send(v.map_err(|e| e.to_string()));
+                    }
+                }
+                Err(e) => {
+                    let e = e.to_string();
+                    for (_, reply) in batch {
+                        let _ = reply.send(Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The stored values of `keys`, in one read-only transaction.
+    async fn get_values<'k>(
+        &self,
+        keys: impl Iterator<Item = &'k str>,
+    ) -> Result<Vec<Result<Option<JsValue>, IdbError>>, IdbError> {
+        let tx = self.db.transaction(&[STORE], TransactionMode::ReadOnly)?;
+        let store = tx.store(STORE)?;
+        let gets = keys.map(|k| store.get(JsValue::from_str(k)));
+        let values = futures_util::future::join_all(gets).await;
+        // A read-only transaction with nothing left to do completes by itself: waiting for its
+        // `complete` event would only add a round trip to every read.
+        drop(tx);
+        Ok(values
+            .into_iter()
+            .map(|r| r.map_err(IdbError::from))
+            .collect())
+    }
+
     /// Writes what is queued, one transaction per round, until the queue is empty.
     async fn write_queued(&self) {
         loop {
@@ -205,15 +260,20 @@ impl IdbCache {
     ///
     /// # Errors
     /// Fails when the read fails or the stored value is not a [`Record`].
+    /// Grouped with the other reads queued at the same time into one transaction (see the
+    /// [module docs](self)).
     pub async fn get_record(&self, key: &str) -> Result<Option<Record>, IdbError> {
-        let tx = self
-            .inner
-            .db
-            .transaction(&[STORE], TransactionMode::ReadOnly)?;
-        let value = tx.store(STORE)?.get(JsValue::from_str(key)).await?;
-        // A read-only transaction with nothing left to do completes by itself: waiting for its
-        // `complete` event would only add a round trip to every hit.
-        drop(tx);
+        let (reply, answer) = oneshot::channel();
+        self.inner.reads.borrow_mut().push((key.to_owned(), reply));
+        if !self.inner.reading.replace(true) {
+            // Its own task, as for writes: a dropped caller must not strand the reads behind it.
+            let inner = self.inner.clone();
+            wasm_bindgen_futures::spawn_local(async move { inner.read_queued().await });
+        }
+        let value = match answer.await {
+            Ok(r) => r.map_err(IdbError::Read)?,
+            Err(_) => return Err(IdbError::Read("the reader stopped".into())),
+        };
         match value {
             Some(v) if v.is_object() => Ok(Some(decode(&v)?)),
             _ => Ok(None),

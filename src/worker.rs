@@ -330,23 +330,37 @@ async fn embed_texts(
     let p = pipeline()?;
     let cancel = cancel::register(id);
     let mut items = Vec::with_capacity(texts.len());
-    for (i, t) in texts.iter().enumerate() {
-        cancel.check(&format!("embed after {i} of {} texts", texts.len()))?;
-        let trace = ternflow_core::trace::TraceParent::new_root(p.rng()).header();
-        match p.resolve(t, None, &trace).await {
-            Ok(r) => items.push(Ok(Embedding {
-                vector: r.vector,
-                source: r.source,
-            })),
-            Err(e) if settle => items.push(Err(WorkerError::Core(e))),
-            Err(e) => return Err(e.into()),
-        }
-        if progress {
-            post_progress(id, "embed", i as u64 + 1, Some(texts.len() as u64));
+    let total = texts.len();
+    // One batch through the pipeline per chunk (one IndexedDB read and one write transaction
+    // each); the chunk bounds what one cancel or one failure wastes.
+    for (c, part) in texts.chunks(EMBED_CHUNK).enumerate() {
+        let done = c * EMBED_CHUNK;
+        cancel.check(&format!("embed after {done} of {total} texts"))?;
+        let mut finished = done as u64;
+        let results = p
+            .resolve_many(part, None, 0, |_, _| {
+                finished += 1;
+                if progress {
+                    post_progress(id, "embed", finished, Some(total as u64));
+                }
+            })
+            .await;
+        for r in results {
+            match r {
+                Ok(r) => items.push(Ok(Embedding {
+                    vector: r.vector,
+                    source: r.source,
+                })),
+                Err(e) if settle => items.push(Err(WorkerError::Core(e))),
+                Err(e) => return Err(e.into()),
+            }
         }
     }
     Ok(items)
 }
+
+/// Texts of one `embed` request resolved as one batch.
+const EMBED_CHUNK: usize = 256;
 
 /// Posts a progress event for request `id` to the page (nothing where there is no page).
 fn post_progress(id: u32, phase: &str, loaded: u64, total: Option<u64>) {

@@ -36,6 +36,12 @@ pub struct AckQueue {
     pending: RefCell<Vec<Pending>>,
     waker: RefCell<Option<Waker>>,
     driven: Cell<bool>,
+    /// Acks pushed and not yet answered (waiting here or in a request on its way).
+    outstanding: Cell<usize>,
+    /// Acks pushed so far, and who waits for the next one (the queue loop: a job waiting on its
+    /// ack no longer needs a working slot, so the loop may claim more).
+    pushes: Cell<u64>,
+    push_waker: RefCell<Option<Waker>>,
 }
 
 impl std::fmt::Debug for AckQueue {
@@ -57,7 +63,10 @@ impl AckQueue {
         self.driven.set(on);
         if !on {
             // Nobody will flush these: their jobs were handed back or dropped.
-            for p in self.pending.borrow_mut().drain(..) {
+            let dropped: Vec<Pending> = self.pending.borrow_mut().drain(..).collect();
+            self.outstanding
+                .set(self.outstanding.get().saturating_sub(dropped.len()));
+            for p in dropped {
                 let _ = p.reply.send(Err(Error::Stopped));
             }
         }
@@ -71,10 +80,30 @@ impl AckQueue {
             ack,
             reply,
         });
+        self.outstanding.set(self.outstanding.get() + 1);
+        self.pushes.set(self.pushes.get() + 1);
         if let Some(w) = self.waker.borrow_mut().take() {
             w.wake();
         }
+        if let Some(w) = self.push_waker.borrow_mut().take() {
+            w.wake();
+        }
         rx
+    }
+
+    /// Acks pushed and not yet answered.
+    pub(crate) fn outstanding(&self) -> usize {
+        self.outstanding.get()
+    }
+
+    /// Acks pushed so far (for [`AckQueue::pushed_after`]).
+    pub(crate) fn pushes(&self) -> u64 {
+        self.pushes.get()
+    }
+
+    /// Resolves once an ack was pushed after the `seen`-th.
+    pub(crate) fn pushed_after(&self, seen: u64) -> PushedAfter<'_> {
+        PushedAfter { queue: self, seen }
     }
 
     /// Resolves once an ack is waiting.
@@ -92,10 +121,13 @@ impl AckQueue {
     }
 
     /// Takes up to `max` waiting acks for one request.
-    pub(crate) fn take(&self, max: usize) -> Batch {
+    pub(crate) fn take(&self, max: usize) -> Batch<'_> {
         let mut p = self.pending.borrow_mut();
         let n = p.len().min(max.max(1));
-        Batch(p.drain(..n).collect())
+        Batch {
+            items: p.drain(..n).collect(),
+            queue: self,
+        }
     }
 
     /// Acks waiting now.
@@ -105,22 +137,38 @@ impl AckQueue {
 }
 
 /// Acks taken for one request.
-pub(crate) struct Batch(Vec<Pending>);
+pub(crate) struct Batch<'a> {
+    items: Vec<Pending>,
+    queue: &'a AckQueue,
+}
 
-impl Batch {
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        // Answered or dropped unanswered (their jobs see `Stopped`): no longer outstanding.
+        let n = self.items.len();
+        let q = self.queue;
+        q.outstanding.set(q.outstanding.get().saturating_sub(n));
+    }
+}
+
+impl Batch<'_> {
     /// `(job id, ack)` pairs, in order.
     pub(crate) fn items(&self) -> Vec<(String, AckRequest)> {
-        self.0
+        self.items
             .iter()
             .map(|p| (p.id.clone(), p.ack.clone()))
             .collect()
     }
 
     /// Hands every job its outcome: one per ack, or the request's error for all.
-    pub(crate) fn answer(self, outcome: Result<Vec<Result<()>>>) {
+    pub(crate) fn answer(mut self, outcome: Result<Vec<Result<()>>>) {
+        let items = std::mem::take(&mut self.items);
+        let q = self.queue;
+        q.outstanding
+            .set(q.outstanding.get().saturating_sub(items.len()));
         match outcome {
-            Ok(results) if results.len() == self.0.len() => {
-                for (p, r) in self.0.into_iter().zip(results) {
+            Ok(results) if results.len() == items.len() => {
+                for (p, r) in items.into_iter().zip(results) {
                     let _ = p.reply.send(r);
                 }
             }
@@ -128,17 +176,35 @@ impl Batch {
                 let e = Error::Protocol(format!(
                     "the batch ack answered {} results for {} acks",
                     results.len(),
-                    self.0.len()
+                    items.len()
                 ));
-                for p in self.0 {
+                for p in items {
                     let _ = p.reply.send(Err(e.clone()));
                 }
             }
             Err(e) => {
-                for p in self.0 {
+                for p in items {
                     let _ = p.reply.send(Err(e.clone()));
                 }
             }
+        }
+    }
+}
+
+/// The future of [`AckQueue::pushed_after`].
+pub(crate) struct PushedAfter<'a> {
+    queue: &'a AckQueue,
+    seen: u64,
+}
+
+impl Future for PushedAfter<'_> {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.queue.pushes.get() > self.seen {
+            Poll::Ready(())
+        } else {
+            *self.queue.push_waker.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
         }
     }
 }

@@ -11,7 +11,9 @@ pub struct Config {
     /// Worker name (claims, metrics, attempt history). Empty (the default): the adapter picks a
     /// random one (`w-` and 8 hex digits), so workers never share a metrics snapshot.
     pub worker_id: String,
-    /// Most jobs in flight at once: claims never ask for more than the free slots.
+    /// Most jobs being worked on at once: claims never ask for more than the free slots. A job
+    /// whose ack is queued or on its way frees its slot (the next claim overlaps those acks);
+    /// leases held in all stay at most twice this.
     pub concurrency: u32,
     /// Longest text accepted, in UTF-8 bytes; longer ones are dead-lettered as `text_too_long`.
     pub max_text_bytes: usize,
@@ -53,7 +55,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             worker_id: String::new(),
-            concurrency: 16,
+            concurrency: 64,
             max_text_bytes: 16 * 1024,
             local_ttl_ms: 7 * 24 * 3_600_000,
             remote_ttl_ms: 24 * 3_600_000,

@@ -581,6 +581,18 @@ pub struct FinishedEvent {
 pub struct StatusRequest {
     /// Job ids.
     pub ids: Vec<String>,
+    /// Whether done jobs carry their vectors (default `true`); `false` answers states and result
+    /// sources only, a cheap poll for a producer waiting on many jobs.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub vectors: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// `POST /v1/jobs/status` response: the status of every known id, in the request's order, and

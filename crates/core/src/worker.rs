@@ -36,6 +36,7 @@ enum Event {
     Finished(String, JobOutcome),
     Woken(Option<u64>),
     ClaimAgain,
+    AckPushed,
     AcksWaiting,
     AcksFlushed,
     Stop,
@@ -68,20 +69,36 @@ impl<P: Ports> Pipeline<P> {
             self.acks.waiting().await;
             Event::AcksWaiting
         }));
+        let seen = self.acks.pushes();
+        tasks.push(Box::pin(async move {
+            self.acks.pushed_after(seen).await;
+            Event::AckPushed
+        }));
         let conc = self.cfg.concurrency.max(1) as usize;
         let (mut in_flight, mut claim_pending, mut waiting, mut want_claim) =
-            (0, false, false, true);
+            (0usize, false, false, true);
         let mut claim_failures = 0u32;
         loop {
             let stopping = self.stop.is_stopped();
             if stopping && in_flight == 0 && !claim_pending {
                 break;
             }
+            // A job waiting on its (batched) ack needs no working slot: the next claim goes out
+            // while those acks are on their way, so the engine never waits for a round trip.
+            // Leases held (working or acking) stay bounded by twice the concurrency.
+            let working = in_flight.saturating_sub(self.acks.outstanding());
+            let held_cap = 2 * conc;
             // Claim in batches: wait until half the slots are free (or none is busy), so one
             // claim round trip serves several jobs instead of one per finished job.
-            let batch_ready = conc - in_flight >= conc.div_ceil(2) || in_flight == 0;
-            if !stopping && want_claim && !claim_pending && in_flight < conc && batch_ready {
-                let free = (conc - in_flight) as u32;
+            let batch_ready = conc - working.min(conc) >= conc.div_ceil(2) || working == 0;
+            if !stopping
+                && want_claim
+                && !claim_pending
+                && working < conc
+                && in_flight < held_cap
+                && batch_ready
+            {
+                let free = (conc - working).min(held_cap - in_flight) as u32;
                 claim_pending = true;
                 want_claim = false;
                 tasks.push(Box::pin(async move {
@@ -133,6 +150,14 @@ impl<P: Ports> Pipeline<P> {
                     }));
                 }
                 Event::ClaimAgain => want_claim = true,
+                Event::AckPushed => {
+                    // A job moved from working to acking: its slot is free for the next claim.
+                    let seen = self.acks.pushes();
+                    tasks.push(Box::pin(async move {
+                        self.acks.pushed_after(seen).await;
+                        Event::AckPushed
+                    }));
+                }
                 Event::AcksWaiting => {
                     // Let the acks of jobs finishing together join (for the linger time, or
                     // until every job in flight is waiting on its ack), then send them as one.

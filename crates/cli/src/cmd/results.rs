@@ -91,6 +91,7 @@ async fn fetch(
             }
             let req = StatusRequest {
                 ids: todo.iter().map(|(_, id)| id.clone()).collect(),
+                vectors: true,
             };
             let resp = http
                 .post(args.server.url("/v1/jobs/status"))

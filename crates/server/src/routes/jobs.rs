@@ -9,7 +9,7 @@ use ternflow_core::keys;
 use ternflow_core::protocol::{
     AckBatchRequest, AckBatchResponse, AckItemOutcome, AckItemResult, AckRequest, AckResponse,
     ClaimRequest, ClaimResponse, EnqueueRequest, EnqueueResponse, ErrorDetail, HeartbeatRequest,
-    HeartbeatResponse, JobStatus, NackRequest, NackResponse, ReleaseRequest, StatusList,
+    HeartbeatResponse, JobState, JobStatus, NackRequest, NackResponse, ReleaseRequest, StatusList,
     StatusRequest,
 };
 use ternflow_core::trace::TraceParent;
@@ -458,7 +458,14 @@ pub(crate) async fn status_many(
     };
     for (id, st) in req.ids.into_iter().zip(found) {
         match st {
-            Some(s) => out.jobs.push(s),
+            Some(mut s) => {
+                if !req.vectors {
+                    if let JobState::Done { result } = &mut s.state {
+                        result.vector.0.clear();
+                    }
+                }
+                out.jobs.push(s)
+            }
             None => out.missing.push(id),
         }
     }
