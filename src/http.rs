@@ -20,8 +20,9 @@ use ternflow_core::ports::{Embedder, JobSource, Locks, PutOutcome, RemoteCache};
 use ternflow_core::protocol::{
     AckBatchRequest, AckBatchResponse, AckItem, AckItemOutcome, AckRequest, CacheEntry, CachePut,
     ClaimRequest, ClaimResponse, ClaimedJob, EmbedRequest, EmbedResponse, ErrorBody,
-    HeartbeatRequest, HeartbeatResponse, Lease, LockGrant, LockRequest, LockToken, NackRequest,
-    NackResponse, ReleaseRequest, WorkerMetrics,
+    HeartbeatBatchRequest, HeartbeatBatchResponse, HeartbeatRequest, HeartbeatResponse, Lease,
+    LeaseRef, LockGrant, LockRequest, LockToken, NackRequest, NackResponse, ReleaseRequest,
+    WorkerMetrics,
 };
 use ternflow_core::{Error, Result};
 
@@ -402,6 +403,34 @@ impl JobSource for HttpClient {
                     })
                 }
             })
+            .collect())
+    }
+
+    async fn heartbeat_many(&self, leases: &[(String, String)]) -> Result<Vec<Result<Lease>>> {
+        let body = HeartbeatBatchRequest {
+            leases: leases
+                .iter()
+                .map(|(id, token)| LeaseRef {
+                    id: id.clone(),
+                    token: token.clone(),
+                })
+                .collect(),
+        };
+        let resp = self
+            .send(Method::Post, "/v1/jobs/heartbeat", Some(&body), "")
+            .await?;
+        let answer: HeartbeatBatchResponse = Self::expect_ok(resp, None).await?;
+        if answer.results.len() != leases.len() {
+            return Err(Error::Protocol(format!(
+                "the batch heartbeat answered {} results for {} leases",
+                answer.results.len(),
+                leases.len()
+            )));
+        }
+        Ok(answer
+            .results
+            .into_iter()
+            .map(|r| r.lease.ok_or(Error::LeaseLost(r.id)))
             .collect())
     }
 

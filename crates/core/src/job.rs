@@ -10,6 +10,7 @@ use futures_util::pin_mut;
 
 use crate::error::{Error, Result};
 use crate::keys::{cache_key, job_id};
+use crate::lease_board::LeaseBoard;
 use crate::metrics::names;
 use crate::pipeline::{HeldLock, Pipeline, Ports, RemoteHint};
 use crate::ports::{Clock, JobSource, Locks};
@@ -34,14 +35,35 @@ pub enum JobOutcome {
 impl<P: Ports> Pipeline<P> {
     /// Runs one claimed job to its end. Never fails: every ending is an outcome, and every
     /// failure reaches the server (a nack) or expires the lease so the server re-delivers.
+    /// Its lease is kept alive by its own heartbeats.
     pub async fn run_job(&self, job: &ClaimedJob) -> JobOutcome {
+        self.run_job_with(job, None).await
+    }
+
+    /// As [`Pipeline::run_job`]; with a `board`, the queue loop's batched heartbeat keeps the
+    /// lease alive and says when it is lost, and this job only renews a lock it holds.
+    pub(crate) async fn run_job_with(
+        &self,
+        job: &ClaimedJob,
+        board: Option<&LeaseBoard>,
+    ) -> JobOutcome {
         let trace = TraceParent::parse(&job.traceparent)
             .map(|t| t.child(&self.rng))
             .unwrap_or_else(|| TraceParent::new_root(&self.rng))
             .header();
         let held = RefCell::new(None);
         let work = self.work(job, &trace, &held);
-        let beat = self.heartbeat(job, &trace, &held);
+        let beat = async {
+            match board {
+                None => self.heartbeat(job, &trace, &held).await,
+                Some(b) => {
+                    let lost = b.lost(&job.id);
+                    let renew = self.renew_lock(&trace, &held);
+                    pin_mut!(lost, renew);
+                    select(lost, renew).await;
+                }
+            }
+        };
         pin_mut!(work, beat);
         match select(work, beat).await {
             Either::Left((outcome, _)) => outcome,
@@ -157,6 +179,25 @@ impl<P: Ports> Pipeline<P> {
                 // The server is unreachable: the lease expires and the job is re-delivered.
                 self.metrics.inc(names::NACK_FAILURES);
                 JobOutcome::Retry(err.code().to_owned())
+            }
+        }
+    }
+
+    /// Keeps a held lock alive (the lease is the board's); never returns.
+    async fn renew_lock(&self, trace: &str, held: &RefCell<Option<HeldLock>>) {
+        loop {
+            self.clock.sleep((self.cfg.lock_ttl_ms / 3).max(20)).await;
+            let lock = held.borrow().clone();
+            if let Some(h) = lock {
+                if let Ok(g) = self
+                    .locks
+                    .renew(&h.key, &h.grant.token, self.cfg.lock_ttl_ms, trace)
+                    .await
+                {
+                    if let Some(cur) = held.borrow_mut().as_mut() {
+                        cur.grant = g;
+                    }
+                }
             }
         }
     }

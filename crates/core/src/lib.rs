@@ -26,6 +26,7 @@ pub mod config;
 pub mod error;
 pub mod job;
 pub mod keys;
+mod lease_board;
 pub mod memory;
 pub mod messages;
 pub mod metrics;

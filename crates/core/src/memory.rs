@@ -232,6 +232,10 @@ pub struct MemServer {
     pub fail_ack_batches: Rc<Cell<u32>>,
     /// Acks applied per job id (a job acked twice shows 2).
     pub ack_counts: Rc<RefCell<BTreeMap<String, u32>>>,
+    /// Heartbeat requests served: one-lease requests, and batch requests.
+    pub heartbeat_calls: Rc<Cell<u32>>,
+    /// Batch heartbeat requests served.
+    pub heartbeat_batches: Rc<Cell<u32>>,
 }
 
 #[derive(Debug, Default)]
@@ -272,6 +276,8 @@ impl MemServer {
             ack_batches: Rc::default(),
             fail_ack_batches: Rc::default(),
             ack_counts: Rc::default(),
+            heartbeat_calls: Rc::default(),
+            heartbeat_batches: Rc::default(),
         }
     }
 
@@ -431,19 +437,9 @@ impl MemServer {
     }
 }
 
-impl JobSource for MemServer {
-    async fn claim(&self, max: u32, _wait_ms: u64) -> Result<Vec<ClaimedJob>> {
-        self.up()?;
-        let out = self.lease_ready(max);
-        let reply = self.claim_reply_ms.get();
-        if reply > 0 {
-            self.clock.sleep(reply).await;
-        }
-        Ok(out)
-    }
-
-    async fn heartbeat(&self, job_id: &str, token: &str, _trace: &str) -> Result<Lease> {
-        self.up()?;
+impl MemServer {
+    /// Extends a lease now (the heartbeat's rule: the holder's token, not yet expired).
+    fn extend(&self, job_id: &str, token: &str) -> Result<Lease> {
         let now = self.clock.now_ms();
         let mut s = self.inner.borrow_mut();
         Self::lease_check(&s, job_id, token)?;
@@ -458,6 +454,33 @@ impl JobSource for MemServer {
         }
         l.expires_at = now + lease_ms;
         Ok(l.clone())
+    }
+}
+
+impl JobSource for MemServer {
+    async fn claim(&self, max: u32, _wait_ms: u64) -> Result<Vec<ClaimedJob>> {
+        self.up()?;
+        let out = self.lease_ready(max);
+        let reply = self.claim_reply_ms.get();
+        if reply > 0 {
+            self.clock.sleep(reply).await;
+        }
+        Ok(out)
+    }
+
+    async fn heartbeat(&self, job_id: &str, token: &str, _trace: &str) -> Result<Lease> {
+        self.up()?;
+        self.heartbeat_calls.set(self.heartbeat_calls.get() + 1);
+        self.extend(job_id, token)
+    }
+
+    async fn heartbeat_many(&self, leases: &[(String, String)]) -> Result<Vec<Result<Lease>>> {
+        self.up()?;
+        self.heartbeat_batches.set(self.heartbeat_batches.get() + 1);
+        Ok(leases
+            .iter()
+            .map(|(id, token)| self.extend(id, token))
+            .collect())
     }
 
     async fn ack_many(&self, acks: &[(String, AckRequest)]) -> Result<Vec<Result<()>>> {

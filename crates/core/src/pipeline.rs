@@ -98,7 +98,6 @@ pub struct Pipeline<P: Ports> {
     pub(crate) engine_breaker: Breaker,
     pub(crate) backend_breaker: Breaker,
     pub(crate) backend_limiter: RateLimiter,
-    pub(crate) in_flight: RefCell<Vec<(String, String)>>,
     pub(crate) acks: AckQueue,
 }
 
@@ -144,7 +143,6 @@ impl<P: Ports> Pipeline<P> {
             cfg,
             metrics: Metrics::new(),
             stop: StopSignal::new(),
-            in_flight: RefCell::new(Vec::new()),
             acks: AckQueue::default(),
         }
     }

@@ -25,6 +25,16 @@ pub trait JobSource {
     async fn claim(&self, max: u32, wait_ms: u64) -> Result<Vec<ClaimedJob>>;
     /// Extends a lease. [`Error::LeaseLost`](crate::Error::LeaseLost) when it is gone.
     async fn heartbeat(&self, job_id: &str, token: &str, trace: &str) -> Result<Lease>;
+    /// Extends many leases in one request, one result per `(job id, token)` in order (a lost
+    /// lease is that lease's [`Error::LeaseLost`](crate::Error::LeaseLost)); `Err` when the
+    /// request as a whole failed. The default sends them one by one.
+    async fn heartbeat_many(&self, leases: &[(String, String)]) -> Result<Vec<Result<Lease>>> {
+        let mut out = Vec::with_capacity(leases.len());
+        for (id, token) in leases {
+            out.push(self.heartbeat(id, token, "").await);
+        }
+        Ok(out)
+    }
     /// Finishes a job. [`Error::LeaseLost`](crate::Error::LeaseLost) for a stale token.
     async fn ack(&self, job_id: &str, ack: &AckRequest, trace: &str) -> Result<()>;
     /// Finishes many jobs in one request, one result per ack in order (a lost lease is that

@@ -175,6 +175,41 @@ pub struct HeartbeatRequest {
     pub token: String,
 }
 
+/// `POST /v1/jobs/heartbeat` body: extends many leases in one request (at most the server's
+/// claim limit, 256 by default): a worker sends every lease it holds at once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatBatchRequest {
+    /// The leases, each answered on its own.
+    pub leases: Vec<LeaseRef>,
+}
+
+/// A lease named by its job and token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRef {
+    /// Job id.
+    pub id: String,
+    /// The lease token.
+    pub token: String,
+}
+
+/// One answer of a [`HeartbeatBatchResponse`], in the request's order: the extended lease, or
+/// none when the token does not hold it (lost, finished, unknown or forged).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatItem {
+    /// Job id.
+    pub id: String,
+    /// The lease with its new expiry; absent when it is lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
+}
+
+/// `POST /v1/jobs/heartbeat` response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatBatchResponse {
+    /// One answer per lease, in order.
+    pub results: Vec<HeartbeatItem>,
+}
+
 /// `POST /v1/jobs/{id}/release` body: hand a lease back without using an attempt (a worker
 /// stopping before it finished the job).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,8 +6,9 @@ use std::pin::Pin;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::job::JobOutcome;
+use crate::lease_board::LeaseBoard;
 use crate::metrics::{gauges, names};
 use crate::pipeline::{Pipeline, Ports};
 use crate::ports::{Clock, JobSource, Wakeups};
@@ -37,6 +38,7 @@ enum Event {
     Woken(Option<u64>),
     ClaimAgain,
     AckPushed,
+    Beaten,
     AcksWaiting,
     AcksFlushed,
     Stop,
@@ -58,6 +60,9 @@ impl<P: Ports> Pipeline<P> {
     /// attempt).
     pub async fn run_queue<W: Wakeups>(&self, wake: &W) -> RunSummary {
         let mut sum = RunSummary::default();
+        // Declared before the tasks that borrow it.
+        let board = LeaseBoard::default();
+        let board = &board;
         let mut tasks: FuturesUnordered<Task<'_>> = FuturesUnordered::new();
         tasks.push(Box::pin(async {
             self.stop.wait().await;
@@ -73,6 +78,11 @@ impl<P: Ports> Pipeline<P> {
         tasks.push(Box::pin(async move {
             self.acks.pushed_after(seen).await;
             Event::AckPushed
+        }));
+        // One heartbeat request for every lease held, round after round.
+        tasks.push(Box::pin(async move {
+            self.beat_round(board).await;
+            Event::Beaten
         }));
         let conc = self.cfg.concurrency.max(1) as usize;
         let (mut in_flight, mut claim_pending, mut waiting, mut want_claim) =
@@ -129,11 +139,9 @@ impl<P: Ports> Pipeline<P> {
                             continue;
                         }
                         in_flight += 1;
-                        self.in_flight
-                            .borrow_mut()
-                            .push((job.id.clone(), job.lease.token.clone()));
+                        board.hold(&job.id, &job.lease.token, job.lease.expires_at);
                         tasks.push(Box::pin(async move {
-                            let outcome = self.run_job(&job).await;
+                            let outcome = self.run_job_with(&job, Some(board)).await;
                             Event::Finished(job.id, outcome)
                         }));
                     }
@@ -150,6 +158,10 @@ impl<P: Ports> Pipeline<P> {
                     }));
                 }
                 Event::ClaimAgain => want_claim = true,
+                Event::Beaten => tasks.push(Box::pin(async move {
+                    self.beat_round(board).await;
+                    Event::Beaten
+                })),
                 Event::AckPushed => {
                     // A job moved from working to acking: its slot is free for the next claim.
                     let seen = self.acks.pushes();
@@ -193,7 +205,7 @@ impl<P: Ports> Pipeline<P> {
                 }
                 Event::Finished(id, outcome) => {
                     in_flight -= 1;
-                    self.in_flight.borrow_mut().retain(|(j, _)| *j != id);
+                    board.forget(&id);
                     match outcome {
                         JobOutcome::Done(_) => sum.done += 1,
                         JobOutcome::Retry(_) => sum.retried += 1,
@@ -213,8 +225,7 @@ impl<P: Ports> Pipeline<P> {
                     }));
                 }
                 Event::Deadline => {
-                    let left: Vec<(String, String)> =
-                        self.in_flight.borrow_mut().drain(..).collect();
+                    let left = board.drain();
                     for (id, token) in left {
                         self.hand_back(&id, &token).await;
                         sum.handed_back += 1;
@@ -252,6 +263,41 @@ impl<P: Ports> Pipeline<P> {
         }
         self.metrics.inc(names::ACK_BATCHES);
         batch.answer(self.source.ack_many(&items).await);
+    }
+
+    /// Waits until a heartbeat is due (a third of the shortest lease left; no timer while no
+    /// lease is held), then extends every held lease with one request.
+    async fn beat_round(&self, board: &LeaseBoard) {
+        let wait = loop {
+            match board.next_beat_in(self.clock.now_ms(), 30_000) {
+                Some(ms) => break ms,
+                None => board.any_held().await,
+            }
+        };
+        self.clock.sleep(wait).await;
+        let leases = board.snapshot();
+        if leases.is_empty() {
+            return;
+        }
+        self.metrics.inc(names::HEARTBEAT_BATCHES);
+        match self.source.heartbeat_many(&leases).await {
+            Ok(results) if results.len() == leases.len() => {
+                for ((id, token), r) in leases.iter().zip(results) {
+                    match r {
+                        Ok(lease) => {
+                            self.metrics.inc(names::HEARTBEATS);
+                            board.extended(id, token, lease.expires_at);
+                        }
+                        Err(Error::LeaseLost(_)) => board.lose(id),
+                        Err(_) => {}
+                    }
+                }
+            }
+            // Transient (or a malformed answer): try again next round while leases may still
+            // be ours; those whose expiry passed are lost (the server re-delivers them).
+            _ => {}
+        }
+        board.lose_expired(self.clock.now_ms());
     }
 
     /// Hands a lease back without using an attempt; the job is ready again at once.

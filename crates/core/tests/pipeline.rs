@@ -427,6 +427,69 @@ fn heartbeats_keep_a_long_job_alive() {
 }
 
 #[test]
+fn the_queue_loop_keeps_every_lease_alive_with_one_heartbeat_request_per_round() {
+    let rig = Rig::new(); // 30 s leases
+    let p = rig.pipeline(Config {
+        concurrency: 4,
+        ..Config::default()
+    });
+    // Each job takes 40 s (the fake engine waits rather than computes, so the four overlap):
+    // beyond their 30 s leases.
+    rig.engine.latency_ms.set(40_000);
+    let ids: Vec<String> = (0..4)
+        .map(|i| rig.server.enqueue(MODEL, &format!("slow {i}")))
+        .collect();
+    let wake = Watchdog(rig.clock.clone());
+    let stopper = async {
+        while ids.iter().any(|id| rig.server.result(id).is_none()) {
+            rig.clock.sleep(1_000).await;
+        }
+        p.stop.stop(rig.clock.now_ms() + 1_000);
+    };
+    let (sum, ()) = rig.clock.run(join(p.run_queue(&wake), stopper));
+    assert_eq!((sum.done, sum.lost), (4, 0), "{sum:?}");
+    assert_eq!(
+        rig.server.heartbeat_calls.get(),
+        0,
+        "no per-job heartbeat while the loop runs"
+    );
+    let batches = rig.server.heartbeat_batches.get();
+    assert!(batches >= 3, "{batches} heartbeat rounds over 40 s");
+    assert_eq!(
+        p.metrics.counter(names::HEARTBEAT_BATCHES),
+        u64::from(batches)
+    );
+    // Rounds carry several leases: more leases extended than requests sent.
+    assert!(p.metrics.counter(names::HEARTBEATS) > u64::from(batches));
+}
+
+#[test]
+fn a_lease_the_batched_heartbeat_finds_lost_abandons_only_that_job() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config {
+        concurrency: 3,
+        ..Config::default()
+    });
+    rig.engine.latency_ms.set(20_000); // past the first heartbeat round (10 s)
+    let ids: Vec<String> = (0..3)
+        .map(|i| rig.server.enqueue(MODEL, &format!("held {i}")))
+        .collect();
+    let wake = Watchdog(rig.clock.clone());
+    let thief = async {
+        rig.clock.sleep(5).await;
+        rig.server.steal_lease(&ids[2]); // the last to reach the engine
+        while ids[..2].iter().any(|id| rig.server.result(id).is_none()) {
+            rig.clock.sleep(1_000).await;
+        }
+        p.stop.stop(rig.clock.now_ms() + 1_000);
+    };
+    let (sum, ()) = rig.clock.run(join(p.run_queue(&wake), thief));
+    assert_eq!((sum.done, sum.lost), (2, 1), "{sum:?}");
+    assert!(rig.server.result(&ids[2]).is_none(), "never acked");
+    assert!(rig.server.heartbeat_batches.get() >= 1);
+}
+
+#[test]
 fn two_workers_on_one_key_embed_once() {
     let rig = Rig::new();
     rig.engine.latency_ms.set(50);

@@ -681,9 +681,9 @@ async fn openapi_lists_exactly_the_routes_served() {
             served += 1;
         }
     }
-    // 25 operations in the router (routes/mod.rs), the SSE route checked elsewhere.
+    // 26 operations in the router (routes/mod.rs), the SSE route checked elsewhere.
     assert_eq!(
-        served, 24,
+        served, 25,
         "the document lists every operation the router serves"
     );
 }
@@ -1209,6 +1209,82 @@ async fn a_batch_ack_answers_each_job_on_its_own() {
     assert_eq!(r.json["results"][0]["outcome"], "repeated");
     let r = api.get(Some(ADMIN), "/v1/stats").await;
     assert_eq!(r.json["counters"]["jobs_acked"], 1);
+}
+
+#[tokio::test]
+async fn a_batch_heartbeat_extends_each_held_lease_on_its_own() {
+    let (state, _) = state_with(Config::default());
+    let app = app(state);
+    let api = Api(app.clone());
+    let model = "00000000deadbeef";
+    let jobs: Vec<Value> = (0..2)
+        .map(|i| json!({"id": format!("h{i}"), "text": format!("text {i}"), "model_id": model}))
+        .collect();
+    api.enqueue(json!({ "jobs": jobs })).await;
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/jobs/claim",
+            json!({"worker": "w", "max": 2}),
+        )
+        .await;
+    let claimed = r.json["jobs"].as_array().unwrap().clone();
+    let lease = |id: &str| claimed.iter().find(|j| j["id"] == id).unwrap()["lease"].clone();
+    let body = json!({"leases": [
+        {"id": "h0", "token": lease("h0")["token"]},
+        {"id": "h1", "token": "forged"},
+        {"id": "nope", "token": "t"},
+    ]});
+    let r = api.post(Some(WORKER), "/v1/jobs/heartbeat", body).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let results = r.json["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3);
+    assert_eq!(results[0]["id"], "h0");
+    assert_eq!(results[0]["lease"]["token"], lease("h0")["token"]);
+    assert_eq!(results[0]["lease"]["fence"], lease("h0")["fence"]);
+    assert!(
+        results[0]["lease"]["expires_at"].as_u64() >= lease("h0")["expires_at"].as_u64(),
+        "extended"
+    );
+    assert!(
+        results[1].get("lease").is_none(),
+        "a forged token extends nothing"
+    );
+    assert!(
+        results[2].get("lease").is_none(),
+        "an unknown job is not an error"
+    );
+    let r = api
+        .post(Some(WORKER), "/v1/jobs/heartbeat", json!({"leases": []}))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.json["error"]["code"], "empty_batch");
+    let r = api
+        .post(Some(PRODUCER), "/v1/jobs/heartbeat", json!({"leases": []}))
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "workers only");
+    // A status poll can leave the vectors out.
+    let mut ack = ack_body(lease("h0")["token"].as_str().unwrap());
+    ack["result"]["model_id"] = json!(model);
+    let r = api.post(Some(WORKER), "/v1/jobs/h0/ack", ack).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/jobs/status",
+            json!({"ids": ["h0"], "vectors": false}),
+        )
+        .await;
+    assert_eq!(r.json["jobs"][0]["state"], "done");
+    assert_eq!(r.json["jobs"][0]["result"]["vector"], "");
+    assert_eq!(r.json["jobs"][0]["result"]["source"], "engine");
+    let r = api
+        .post(Some(WORKER), "/v1/jobs/status", json!({"ids": ["h0"]}))
+        .await;
+    assert_ne!(
+        r.json["jobs"][0]["result"]["vector"], "",
+        "vectors by default"
+    );
 }
 
 #[tokio::test]

@@ -8,7 +8,8 @@ use axum::http::StatusCode;
 use ternflow_core::keys;
 use ternflow_core::protocol::{
     AckBatchRequest, AckBatchResponse, AckItemOutcome, AckItemResult, AckRequest, AckResponse,
-    ClaimRequest, ClaimResponse, EnqueueRequest, EnqueueResponse, ErrorDetail, HeartbeatRequest,
+    ClaimRequest, ClaimResponse, EnqueueRequest, EnqueueResponse, ErrorDetail,
+    HeartbeatBatchRequest, HeartbeatBatchResponse, HeartbeatItem, HeartbeatRequest,
     HeartbeatResponse, JobState, JobStatus, NackRequest, NackResponse, ReleaseRequest, StatusList,
     StatusRequest,
 };
@@ -222,6 +223,43 @@ pub(crate) async fn heartbeat(
         Some(lease) => Ok(Json(HeartbeatResponse { lease })),
         None => Err(lost_or_missing(&state, &id).await),
     }
+}
+
+/// `POST /v1/jobs/heartbeat`: extends many leases in one store step, each answered on its own.
+pub(crate) async fn heartbeat_batch(
+    Ctx(state): Ctx,
+    Json(req): Json<HeartbeatBatchRequest>,
+) -> Result<Json<HeartbeatBatchResponse>> {
+    if req.leases.is_empty() {
+        return Err(Error::bad_request("empty_batch", "no leases"));
+    }
+    if req.leases.len() > state.config.max_claim as usize {
+        return Err(Error::too_large(
+            "batch_too_large",
+            format!("at most {} leases per request", state.config.max_claim),
+        ));
+    }
+    for l in &req.leases {
+        valid_id(&l.id)?;
+    }
+    let now = state.now();
+    let ids: Vec<String> = req.leases.iter().map(|l| l.id.clone()).collect();
+    let leases = req.leases.into_iter().map(|l| (l.id, l.token)).collect();
+    let found = state
+        .store
+        .heartbeat_many(leases, state.config.lease_ms, now)
+        .await?;
+    let lost = found.iter().filter(|l| l.is_none()).count();
+    if lost > 0 {
+        state.metrics.add(|c| &c.leases_lost, lost as u64);
+    }
+    Ok(Json(HeartbeatBatchResponse {
+        results: ids
+            .into_iter()
+            .zip(found)
+            .map(|(id, lease)| HeartbeatItem { id, lease })
+            .collect(),
+    }))
 }
 
 pub(crate) async fn ack(

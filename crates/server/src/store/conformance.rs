@@ -7,7 +7,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use ternflow_core::protocol::{
-    CacheEntry, JobError, JobResult, JobState, NackResponse, ResultSource, ServerEvent, Vector,
+    CacheEntry, JobError, JobResult, JobState, Lease, NackResponse, ResultSource, ServerEvent,
+    Vector,
 };
 
 use super::{AckOutcome, Fenced, JobRecord, LockOutcome, PutOutcome, Store, MAX_HISTORY};
@@ -70,6 +71,7 @@ where
     sweep_removes_expired_entries_and_locks(make().await).await;
     history_is_capped(make().await).await;
     ack_many_answers_each(make().await).await;
+    heartbeat_many_answers_each(make().await).await;
     locks(make().await).await;
     events_are_numbered_in_order(make().await).await;
     concurrent_events_arrive_in_id_order(std::sync::Arc::new(make().await)).await;
@@ -212,6 +214,59 @@ async fn heartbeat_and_ack<S: Store>(s: S) {
         .unwrap()
         .is_none());
     assert_eq!(s.depth(T0).await.unwrap().leased, 0);
+}
+
+async fn heartbeat_many_answers_each<S: Store>(s: S) {
+    s.enqueue(vec![job("a", 0, T0), job("b", 0, T0), job("c", 0, T0)], T0)
+        .await
+        .unwrap();
+    let c = s.claim("w", 3, 1_000, 5, T0).await.unwrap();
+    let lease = |id: &str| c.jobs.iter().find(|j| j.id == id).unwrap().lease.clone();
+    let (a, b, cc) = (lease("a"), lease("b"), lease("c"));
+    assert_eq!(
+        s.ack("c", &cc.token, result(), T0).await.unwrap(),
+        AckOutcome::Done {
+            fence: cc.fence,
+            text_hash: ternflow_core::keys::text_hash("text of c"),
+        }
+    );
+    let got = s
+        .heartbeat_many(
+            vec![
+                ("a".into(), a.token.clone()),
+                ("b".into(), "forged".into()),
+                ("c".into(), cc.token.clone()),
+                ("nope".into(), "t".into()),
+                ("b".into(), b.token.clone()),
+            ],
+            5_000,
+            T0 + 800,
+        )
+        .await
+        .unwrap();
+    let extended = |l: &Lease| Lease {
+        expires_at: T0 + 5_800,
+        ..l.clone()
+    };
+    assert_eq!(
+        got,
+        [Some(extended(&a)), None, None, None, Some(extended(&b))],
+        "each lease answered on its own: a forged token, a done job or an unknown id changes \
+         nothing for the others"
+    );
+    assert!(
+        s.claim("w2", 3, 1_000, 5, T0 + 5_000)
+            .await
+            .unwrap()
+            .jobs
+            .is_empty(),
+        "both extended leases hold past their first expiry"
+    );
+    assert!(s
+        .heartbeat_many(Vec::new(), 1_000, T0)
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 async fn expired_lease_is_redelivered<S: Store>(s: S) {

@@ -159,6 +159,22 @@ pub trait QueueStore: Send + Sync + std::fmt::Debug + 'static {
         now: u64,
     ) -> Result<Option<Lease>>;
 
+    /// Extends many leases, each as [`QueueStore::heartbeat`] would, one answer per `(id,
+    /// token)` in order. A store that can do the batch in one step overrides this; the default
+    /// extends them one by one.
+    async fn heartbeat_many(
+        &self,
+        leases: Vec<(String, String)>,
+        lease_ms: u64,
+        now: u64,
+    ) -> Result<Vec<Option<Lease>>> {
+        let mut out = Vec::with_capacity(leases.len());
+        for (id, token) in leases {
+            out.push(self.heartbeat(&id, &token, lease_ms, now).await?);
+        }
+        Ok(out)
+    }
+
     /// Finishes the job held with `token`.
     async fn ack(&self, id: &str, token: &str, result: JobResult, now: u64) -> Result<AckOutcome>;
 

@@ -63,6 +63,8 @@ const CLAIM: &str = include_str!("claim.lua");
 
 const HEARTBEAT: &str = include_str!("heartbeat.lua");
 
+const HEARTBEAT_MANY: &str = include_str!("heartbeat_many.lua");
+
 const ACK: &str = include_str!("ack.lua");
 
 const ACK_MANY: &str = include_str!("ack_many.lua");
@@ -87,6 +89,7 @@ struct Scripts {
     enqueue: Script,
     claim: Script,
     heartbeat: Script,
+    heartbeat_many: Script,
     ack: Script,
     ack_many: Script,
     nack: Script,
@@ -111,6 +114,7 @@ impl Scripts {
             enqueue: s(ENQUEUE),
             claim: s(CLAIM),
             heartbeat: s(HEARTBEAT),
+            heartbeat_many: s(HEARTBEAT_MANY),
             ack: s(ACK),
             ack_many: s(ACK_MANY),
             nack: s(NACK),
@@ -376,6 +380,47 @@ impl QueueStore for RedisStore {
             fence: parse(&out[0], "fence")?,
             expires_at: parse(&out[1], "expiry")?,
         }))
+    }
+
+    async fn heartbeat_many(
+        &self,
+        leases: Vec<(String, String)>,
+        lease_ms: u64,
+        now: u64,
+    ) -> Result<Vec<Option<Lease>>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let out: Vec<String> = self
+            .invoke(&self.scripts.heartbeat_many, |i| {
+                i.arg(now).arg(lease_ms);
+                for (id, token) in &leases {
+                    i.arg(id).arg(token);
+                }
+            })
+            .await?;
+        let mut found = Vec::with_capacity(leases.len());
+        let mut rest = out.iter();
+        let mut tokens = leases.into_iter();
+        while let Some(n) = rest.next() {
+            let n: usize = parse(n, "reply length")?;
+            let fields: Vec<&String> = rest.by_ref().take(n).collect();
+            let Some((_, token)) = tokens.next() else {
+                break;
+            };
+            found.push(match fields.as_slice() {
+                [fence, exp] => Some(Lease {
+                    token,
+                    fence: parse(fence, "fence")?,
+                    expires_at: parse(exp, "expiry")?,
+                }),
+                _ => None,
+            });
+        }
+        if tokens.next().is_some() || rest.next().is_some() {
+            return Err(Error::Store("redis: bad heartbeat_many reply".to_owned()));
+        }
+        Ok(found)
     }
 
     async fn ack(&self, id: &str, token: &str, result: JobResult, _now: u64) -> Result<AckOutcome> {

@@ -592,6 +592,37 @@ impl QueueStore for SqliteStore {
         .await
     }
 
+    async fn heartbeat_many(
+        &self,
+        leases: Vec<(String, String)>,
+        lease_ms: u64,
+        now: u64,
+    ) -> Result<Vec<Option<Lease>>> {
+        self.run(move |conn, _| {
+            let expires_at = now + lease_ms;
+            let mut st = conn
+                .prepare_cached(
+                    "UPDATE jobs SET expires_at = ?3 WHERE id = ?1 AND state = 'leased' \
+                     AND token = ?2 RETURNING fence",
+                )
+                .map_err(db_err)?;
+            let mut out = Vec::with_capacity(leases.len());
+            for (id, token) in leases {
+                let fence: Option<i64> = st
+                    .query_row(params![id, token, expires_at as i64], |r| r.get(0))
+                    .optional()
+                    .map_err(db_err)?;
+                out.push(fence.map(|f| Lease {
+                    token,
+                    fence: f as u64,
+                    expires_at,
+                }));
+            }
+            Ok(out)
+        })
+        .await
+    }
+
     async fn ack(&self, id: &str, token: &str, result: JobResult, now: u64) -> Result<AckOutcome> {
         let (id, token) = (id.to_owned(), token.to_owned());
         self.run(move |conn, _| ack_one(conn, &id, &token, &result, now))
