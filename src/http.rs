@@ -21,8 +21,8 @@ use ternflow_core::protocol::{
     AckBatchRequest, AckBatchResponse, AckItem, AckItemOutcome, AckRequest, CacheEntry, CachePut,
     ClaimRequest, ClaimResponse, ClaimedJob, EmbedRequest, EmbedResponse, ErrorBody,
     HeartbeatBatchRequest, HeartbeatBatchResponse, HeartbeatRequest, HeartbeatResponse, Lease,
-    LeaseRef, LockGrant, LockRequest, LockToken, NackRequest, NackResponse, ReleaseRequest,
-    WorkerMetrics,
+    LeaseRef, LockGrant, LockRequest, LockToken, NackBatchRequest, NackBatchResponse, NackItem,
+    NackItemOutcome, NackRequest, NackResponse, ReleaseRequest, WorkerMetrics,
 };
 use ternflow_core::{Error, Result};
 
@@ -438,6 +438,47 @@ impl JobSource for HttpClient {
         let path = format!("/v1/jobs/{}/nack", enc(job_id));
         let resp = self.send(Method::Post, &path, Some(nack), trace).await?;
         Self::expect_ok(resp, Some(job_id)).await
+    }
+
+    async fn nack_many(
+        &self,
+        nacks: &[(String, NackRequest)],
+    ) -> Result<Vec<Result<NackResponse>>> {
+        let body = NackBatchRequest {
+            nacks: nacks
+                .iter()
+                .map(|(id, nack)| NackItem {
+                    id: id.clone(),
+                    nack: nack.clone(),
+                })
+                .collect(),
+        };
+        let resp = self
+            .send(Method::Post, "/v1/jobs/nack", Some(&body), "")
+            .await?;
+        let answer: NackBatchResponse = Self::expect_ok(resp, None).await?;
+        if answer.results.len() != nacks.len() {
+            return Err(Error::Protocol(format!(
+                "the batch nack answered {} results for {} nacks",
+                answer.results.len(),
+                nacks.len()
+            )));
+        }
+        Ok(answer
+            .results
+            .into_iter()
+            .map(|r| match r.outcome {
+                NackItemOutcome::Retry { available_at } => Ok(NackResponse::Retry { available_at }),
+                NackItemOutcome::Dead => Ok(NackResponse::Dead),
+                NackItemOutcome::LeaseLost => Err(Error::LeaseLost(r.id)),
+                NackItemOutcome::Missing => Err(Error::Http {
+                    status: 404,
+                    code: "not_found".into(),
+                    message: format!("no job {}", r.id),
+                    retry_after_ms: None,
+                }),
+            })
+            .collect())
     }
 
     async fn release(&self, job_id: &str, token: &str, trace: &str) -> Result<()> {

@@ -162,7 +162,15 @@ impl<P: Ports> Pipeline<P> {
             token: job.lease.token.clone(),
             error: err.to_job_error(),
         };
-        match self.source.nack(&job.id, &nack, trace).await {
+        let sent = if self.nacks.is_driven() {
+            self.nacks
+                .push(&job.id, nack)
+                .await
+                .unwrap_or(Err(Error::Stopped))
+        } else {
+            self.source.nack(&job.id, &nack, trace).await
+        };
+        match sent {
             Ok(NackResponse::Dead) => {
                 self.metrics.inc(names::JOBS_DEAD);
                 JobOutcome::Dead(err.code().to_owned())

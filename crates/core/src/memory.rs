@@ -236,6 +236,10 @@ pub struct MemServer {
     pub heartbeat_calls: Rc<Cell<u32>>,
     /// Batch heartbeat requests served.
     pub heartbeat_batches: Rc<Cell<u32>>,
+    /// Nack requests served one job at a time.
+    pub nack_calls: Rc<Cell<u32>>,
+    /// Batch nack requests served.
+    pub nack_batches: Rc<Cell<u32>>,
 }
 
 #[derive(Debug, Default)]
@@ -278,6 +282,8 @@ impl MemServer {
             ack_counts: Rc::default(),
             heartbeat_calls: Rc::default(),
             heartbeat_batches: Rc::default(),
+            nack_calls: Rc::default(),
+            nack_batches: Rc::default(),
         }
     }
 
@@ -530,6 +536,37 @@ impl JobSource for MemServer {
 
     async fn nack(&self, job_id: &str, nack: &NackRequest, _trace: &str) -> Result<NackResponse> {
         self.up()?;
+        self.nack_calls.set(self.nack_calls.get() + 1);
+        self.give_back(job_id, nack)
+    }
+
+    async fn nack_many(
+        &self,
+        nacks: &[(String, NackRequest)],
+    ) -> Result<Vec<Result<NackResponse>>> {
+        self.up()?;
+        self.nack_batches.set(self.nack_batches.get() + 1);
+        Ok(nacks
+            .iter()
+            .map(|(id, nack)| self.give_back(id, nack))
+            .collect())
+    }
+
+    async fn release(&self, job_id: &str, token: &str, _trace: &str) -> Result<()> {
+        self.up()?;
+        let mut s = self.inner.borrow_mut();
+        Self::lease_check(&s, job_id, token)?;
+        let j = s.jobs.get_mut(job_id).expect("checked");
+        j.lease = None;
+        j.attempt = j.attempt.saturating_sub(1);
+        s.ready.push_front(job_id.to_owned());
+        Ok(())
+    }
+}
+
+impl MemServer {
+    /// A nack's rule: dead-lettered when permanent or out of attempts, else ready again.
+    fn give_back(&self, job_id: &str, nack: &NackRequest) -> Result<NackResponse> {
         let now = self.clock.now_ms();
         let mut s = self.inner.borrow_mut();
         Self::lease_check(&s, job_id, &nack.token)?;
@@ -543,17 +580,6 @@ impl JobSource for MemServer {
             s.ready.push_back(job_id.to_owned());
             Ok(NackResponse::Retry { available_at: now })
         }
-    }
-
-    async fn release(&self, job_id: &str, token: &str, _trace: &str) -> Result<()> {
-        self.up()?;
-        let mut s = self.inner.borrow_mut();
-        Self::lease_check(&s, job_id, token)?;
-        let j = s.jobs.get_mut(job_id).expect("checked");
-        j.lease = None;
-        j.attempt = j.attempt.saturating_sub(1);
-        s.ready.push_front(job_id.to_owned());
-        Ok(())
     }
 }
 

@@ -58,6 +58,8 @@ pub mod names {
     pub const NACK_FAILURES: &str = "nack_failures";
     /// Batch ack requests sent (`jobs_done / ack_batches` is the mean batch).
     pub const ACK_BATCHES: &str = "ack_batches";
+    /// Batch nack requests sent.
+    pub const NACK_BATCHES: &str = "nack_batches";
     /// Batched heartbeat requests sent (each extends every lease the worker holds).
     pub const HEARTBEAT_BATCHES: &str = "heartbeat_batches";
     /// Hand-backs that could not be delivered (the lease expires and the job is re-delivered).

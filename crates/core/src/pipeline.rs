@@ -9,7 +9,7 @@ use std::cell::RefCell;
 
 use futures_util::future::join;
 
-use crate::ack_batch::AckQueue;
+use crate::batch_queue::{AckQueue, NackQueue};
 use crate::breaker::{Breaker, BreakerState};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -99,6 +99,7 @@ pub struct Pipeline<P: Ports> {
     pub(crate) backend_breaker: Breaker,
     pub(crate) backend_limiter: RateLimiter,
     pub(crate) acks: AckQueue,
+    pub(crate) nacks: NackQueue,
 }
 
 /// The adapters a [`Pipeline`] is built from.
@@ -144,6 +145,7 @@ impl<P: Ports> Pipeline<P> {
             metrics: Metrics::new(),
             stop: StopSignal::new(),
             acks: AckQueue::default(),
+            nacks: NackQueue::default(),
         }
     }
 

@@ -49,6 +49,19 @@ pub trait JobSource {
     }
     /// Gives a job back with an error.
     async fn nack(&self, job_id: &str, nack: &NackRequest, trace: &str) -> Result<NackResponse>;
+    /// Gives many jobs back in one request, one result per nack in order (a lost lease is that
+    /// nack's [`Error::LeaseLost`](crate::Error::LeaseLost)); `Err` when the request as a whole
+    /// failed. The default sends them one by one.
+    async fn nack_many(
+        &self,
+        nacks: &[(String, NackRequest)],
+    ) -> Result<Vec<Result<NackResponse>>> {
+        let mut out = Vec::with_capacity(nacks.len());
+        for (id, nack) in nacks {
+            out.push(self.nack(id, nack, "").await);
+        }
+        Ok(out)
+    }
     /// Hands a lease back without using an attempt (the worker is stopping).
     /// [`Error::LeaseLost`](crate::Error::LeaseLost) when it is no longer held.
     async fn release(&self, job_id: &str, token: &str, trace: &str) -> Result<()>;

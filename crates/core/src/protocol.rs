@@ -210,6 +210,58 @@ pub struct HeartbeatBatchResponse {
     pub results: Vec<HeartbeatItem>,
 }
 
+/// `POST /v1/jobs/nack` body: gives many jobs back in one request (at most the claim limit).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NackBatchRequest {
+    /// The nacks, each answered on its own.
+    pub nacks: Vec<NackItem>,
+}
+
+/// One nack of a batch: the job id and what `POST /v1/jobs/{id}/nack` would carry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NackItem {
+    /// Job id.
+    pub id: String,
+    /// The nack.
+    #[serde(flatten)]
+    pub nack: NackRequest,
+}
+
+/// One answer of a [`NackBatchResponse`], in the request's order: what the single nack would
+/// have answered, or `lease_lost` / `missing`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum NackItemOutcome {
+    /// Re-delivered at or after `available_at`.
+    Retry {
+        /// Earliest re-delivery.
+        available_at: u64,
+    },
+    /// Moved to the dead-letter queue.
+    Dead,
+    /// The token does not hold the lease.
+    LeaseLost,
+    /// No such job.
+    Missing,
+}
+
+/// One answer of a [`NackBatchResponse`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NackItemResult {
+    /// Job id.
+    pub id: String,
+    /// What happened.
+    #[serde(flatten)]
+    pub outcome: NackItemOutcome,
+}
+
+/// `POST /v1/jobs/nack` response: one result per nack, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NackBatchResponse {
+    /// The results.
+    pub results: Vec<NackItemResult>,
+}
+
 /// `POST /v1/jobs/{id}/release` body: hand a lease back without using an attempt (a worker
 /// stopping before it finished the job).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -39,10 +39,17 @@ enum Event {
     ClaimAgain,
     AckPushed,
     Beaten,
-    AcksWaiting,
-    AcksFlushed,
+    Waiting(Flow),
+    Flushed(Flow),
     Stop,
     Deadline,
+}
+
+/// The two batched requests the loop flushes.
+#[derive(Clone, Copy)]
+enum Flow {
+    Acks,
+    Nacks,
 }
 
 type Task<'a> = Pin<Box<dyn Future<Output = Event> + 'a>>;
@@ -68,12 +75,12 @@ impl<P: Ports> Pipeline<P> {
             self.stop.wait().await;
             Event::Stop
         }));
-        // Acks of finished jobs are batched; this loop flushes them (it outlives every job).
+        // Acks and nacks of finished jobs are batched; this loop flushes them (it outlives every
+        // job).
         self.acks.set_driven(true);
-        tasks.push(Box::pin(async {
-            self.acks.waiting().await;
-            Event::AcksWaiting
-        }));
+        self.nacks.set_driven(true);
+        tasks.push(self.wait_task(Flow::Acks));
+        tasks.push(self.wait_task(Flow::Nacks));
         let seen = self.acks.pushes();
         tasks.push(Box::pin(async move {
             self.acks.pushed_after(seen).await;
@@ -96,7 +103,8 @@ impl<P: Ports> Pipeline<P> {
             // A job waiting on its (batched) ack needs no working slot: the next claim goes out
             // while those acks are on their way, so the engine never waits for a round trip.
             // Leases held (working or acking) stay bounded by twice the concurrency.
-            let working = in_flight.saturating_sub(self.acks.outstanding());
+            let working =
+                in_flight.saturating_sub(self.acks.outstanding() + self.nacks.outstanding());
             let held_cap = 2 * conc;
             // Claim in batches: wait until half the slots are free (or none is busy), so one
             // claim round trip serves several jobs instead of one per finished job.
@@ -170,30 +178,36 @@ impl<P: Ports> Pipeline<P> {
                         Event::AckPushed
                     }));
                 }
-                Event::AcksWaiting => {
-                    // Let the acks of jobs finishing together join (for the linger time, or
-                    // until every job in flight is waiting on its ack), then send them as one.
+                Event::Waiting(flow) => {
+                    // Let the acks (nacks) of jobs finishing together join (for the linger time,
+                    // or until every job in flight is waiting on one), then send them as one.
                     let all = in_flight;
                     tasks.push(Box::pin(async move {
                         let linger = self.clock.sleep(self.cfg.ack_linger_ms);
-                        let everyone = self.acks.at_least(all);
+                        let everyone = async {
+                            match flow {
+                                Flow::Acks => self.acks.at_least(all).await,
+                                Flow::Nacks => self.nacks.at_least(all).await,
+                            }
+                        };
                         futures_util::pin_mut!(linger, everyone);
                         futures_util::future::select(linger, everyone).await;
-                        self.flush_acks().await;
-                        Event::AcksFlushed
+                        self.flush(flow).await;
+                        Event::Flushed(flow)
                     }));
                 }
-                Event::AcksFlushed => {
-                    if self.acks.len() > 0 {
-                        tasks.push(Box::pin(async {
-                            self.flush_acks().await;
-                            Event::AcksFlushed
+                Event::Flushed(flow) => {
+                    let left = match flow {
+                        Flow::Acks => self.acks.len(),
+                        Flow::Nacks => self.nacks.len(),
+                    };
+                    if left > 0 {
+                        tasks.push(Box::pin(async move {
+                            self.flush(flow).await;
+                            Event::Flushed(flow)
                         }));
                     } else {
-                        tasks.push(Box::pin(async {
-                            self.acks.waiting().await;
-                            Event::AcksWaiting
-                        }));
+                        tasks.push(self.wait_task(flow));
                     }
                 }
                 Event::Woken(depth) => {
@@ -250,19 +264,43 @@ impl<P: Ports> Pipeline<P> {
             }
         }
         self.acks.set_driven(false);
+        self.nacks.set_driven(false);
         self.metrics.set_gauge(gauges::IN_FLIGHT, 0.0);
         sum
     }
 
-    /// Sends up to `ack_batch_max` waiting acks in one request and answers each job.
-    async fn flush_acks(&self) {
-        let batch = self.acks.take(self.cfg.ack_batch_max as usize);
-        let items = batch.items();
-        if items.is_empty() {
-            return;
+    /// Resolves (to [`Event::Waiting`]) once an ack (nack) is queued.
+    fn wait_task(&self, flow: Flow) -> Task<'_> {
+        Box::pin(async move {
+            match flow {
+                Flow::Acks => self.acks.waiting().await,
+                Flow::Nacks => self.nacks.waiting().await,
+            }
+            Event::Waiting(flow)
+        })
+    }
+
+    /// Sends up to `ack_batch_max` waiting acks (nacks) in one request and answers each job.
+    async fn flush(&self, flow: Flow) {
+        let max = self.cfg.ack_batch_max as usize;
+        match flow {
+            Flow::Acks => {
+                let batch = self.acks.take(max);
+                let items = batch.items();
+                if !items.is_empty() {
+                    self.metrics.inc(names::ACK_BATCHES);
+                    batch.answer(self.source.ack_many(&items).await);
+                }
+            }
+            Flow::Nacks => {
+                let batch = self.nacks.take(max);
+                let items = batch.items();
+                if !items.is_empty() {
+                    self.metrics.inc(names::NACK_BATCHES);
+                    batch.answer(self.source.nack_many(&items).await);
+                }
+            }
         }
-        self.metrics.inc(names::ACK_BATCHES);
-        batch.answer(self.source.ack_many(&items).await);
     }
 
     /// Waits until a heartbeat is due (a third of the shortest lease left; no timer while no

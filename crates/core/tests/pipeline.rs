@@ -490,6 +490,42 @@ fn a_lease_the_batched_heartbeat_finds_lost_abandons_only_that_job() {
 }
 
 #[test]
+fn jobs_failing_together_are_nacked_in_one_batch_request() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config {
+        concurrency: 8,
+        max_text_bytes: 8,
+        ..Config::default()
+    });
+    let ids: Vec<String> = (0..8)
+        .map(|i| {
+            rig.server
+                .enqueue(MODEL, &format!("far too long a text {i}"))
+        })
+        .collect();
+    let wake = Watchdog(rig.clock.clone());
+    let stopper = async {
+        while rig.server.dead().len() < ids.len() {
+            rig.clock.sleep(10).await;
+        }
+        p.stop.stop(rig.clock.now_ms() + 1_000);
+    };
+    let (sum, ()) = rig.clock.run(join(p.run_queue(&wake), stopper));
+    assert_eq!(sum.dead, 8, "{sum:?}");
+    assert_eq!(
+        rig.server.nack_calls.get(),
+        0,
+        "no one-job nack in the loop"
+    );
+    let batches = rig.server.nack_batches.get();
+    assert!(batches <= 2, "8 nacks in {batches} requests");
+    assert_eq!(p.metrics.counter(names::NACK_BATCHES), u64::from(batches));
+    for (_, e) in rig.server.dead() {
+        assert_eq!(e.code, "text_too_long");
+    }
+}
+
+#[test]
 fn two_workers_on_one_key_embed_once() {
     let rig = Rig::new();
     rig.engine.latency_ms.set(50);

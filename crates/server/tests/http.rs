@@ -681,9 +681,9 @@ async fn openapi_lists_exactly_the_routes_served() {
             served += 1;
         }
     }
-    // 26 operations in the router (routes/mod.rs), the SSE route checked elsewhere.
+    // 27 operations in the router (routes/mod.rs), the SSE route checked elsewhere.
     assert_eq!(
-        served, 25,
+        served, 26,
         "the document lists every operation the router serves"
     );
 }
@@ -1263,6 +1263,32 @@ async fn a_batch_heartbeat_extends_each_held_lease_on_its_own() {
         .post(Some(PRODUCER), "/v1/jobs/heartbeat", json!({"leases": []}))
         .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "workers only");
+    // Nacks in one request: one dead-lettered, one forged, one unknown; each on its own.
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/jobs/nack",
+            json!({"nacks": [
+                {"id": "h1", "token": lease("h1")["token"],
+                 "error": {"code": "bad_input", "message": "no", "retryable": false}},
+                {"id": "h0", "token": "forged", "error": {"code": "x", "message": "y"}},
+                {"id": "nope", "token": "t", "error": {"code": "x", "message": "y"}},
+            ]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let outcomes: Vec<&str> = r.json["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["dead", "lease_lost", "missing"]);
+    let r = api.get(Some(WORKER), "/v1/jobs/h1").await;
+    assert_eq!(r.json["state"], "dead");
+    assert_eq!(r.json["error"]["code"], "bad_input");
+    let r = api.get(Some(WORKER), "/v1/jobs/h0").await;
+    assert_eq!(r.json["state"], "leased", "a forged nack changes nothing");
     // A status poll can leave the vectors out.
     let mut ack = ack_body(lease("h0")["token"].as_str().unwrap());
     ack["result"]["model_id"] = json!(model);

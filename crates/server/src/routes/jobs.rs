@@ -10,8 +10,8 @@ use ternflow_core::protocol::{
     AckBatchRequest, AckBatchResponse, AckItemOutcome, AckItemResult, AckRequest, AckResponse,
     ClaimRequest, ClaimResponse, EnqueueRequest, EnqueueResponse, ErrorDetail,
     HeartbeatBatchRequest, HeartbeatBatchResponse, HeartbeatItem, HeartbeatRequest,
-    HeartbeatResponse, JobState, JobStatus, NackRequest, NackResponse, ReleaseRequest, StatusList,
-    StatusRequest,
+    HeartbeatResponse, JobState, JobStatus, NackBatchRequest, NackBatchResponse, NackItemOutcome,
+    NackItemResult, NackRequest, NackResponse, ReleaseRequest, StatusList, StatusRequest,
 };
 use ternflow_core::trace::TraceParent;
 
@@ -441,34 +441,94 @@ pub(crate) async fn nack(
     Json(req): Json<NackRequest>,
 ) -> Result<Json<NackResponse>> {
     valid_id(&id)?;
+    match nack_one(&state, &id, req).await? {
+        NackItemOutcome::Retry { available_at } => Ok(Json(NackResponse::Retry { available_at })),
+        NackItemOutcome::Dead => {
+            publish_finished(&state, Vec::new(), vec![id.clone()]).await;
+            Ok(Json(NackResponse::Dead))
+        }
+        NackItemOutcome::LeaseLost => Err(lease_lost(&state)),
+        NackItemOutcome::Missing => Err(Error::NotFound(format!("no job {id}"))),
+    }
+}
+
+/// `POST /v1/jobs/nack`: many nacks, each applied as the single nack would be (concurrently, so
+/// the store commits them together) and answered on its own.
+pub(crate) async fn nack_batch(
+    Ctx(state): Ctx,
+    Json(req): Json<NackBatchRequest>,
+) -> Result<Json<NackBatchResponse>> {
+    if req.nacks.is_empty() {
+        return Err(Error::bad_request("empty_batch", "no nacks"));
+    }
+    if req.nacks.len() > state.config.max_claim as usize {
+        return Err(Error::too_large(
+            "batch_too_large",
+            format!("at most {} nacks per request", state.config.max_claim),
+        ));
+    }
+    for n in &req.nacks {
+        valid_id(&n.id)?;
+    }
+    let ids: Vec<String> = req.nacks.iter().map(|n| n.id.clone()).collect();
+    let outcomes = futures_util::future::try_join_all(req.nacks.into_iter().map(|n| {
+        let state = &state;
+        async move { nack_one(state, &n.id, n.nack).await }
+    }))
+    .await?;
+    let dead: Vec<String> = ids
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, o)| matches!(o, NackItemOutcome::Dead))
+        .map(|(id, _)| id.clone())
+        .collect();
+    let lost = outcomes
+        .iter()
+        .filter(|o| matches!(o, NackItemOutcome::LeaseLost))
+        .count();
+    if lost > 0 {
+        state.metrics.add(|c| &c.leases_lost, lost as u64);
+    }
+    publish_finished(&state, Vec::new(), dead).await;
+    Ok(Json(NackBatchResponse {
+        results: ids
+            .into_iter()
+            .zip(outcomes)
+            .map(|(id, outcome)| NackItemResult { id, outcome })
+            .collect(),
+    }))
+}
+
+/// One nack: its backoff from the attempt number, then the store's answer (counted).
+async fn nack_one(state: &AppState, id: &str, req: NackRequest) -> Result<NackItemOutcome> {
     let now = state.now();
     let cfg = &state.config;
     // The backoff depends on the attempt number, which the store knows; ask it first.
-    let attempt = match state.store.status(&id).await? {
+    let attempt = match state.store.status(id).await? {
         Some(s) => s.attempt,
-        None => return Err(Error::NotFound(format!("no job {id}"))),
+        None => return Ok(NackItemOutcome::Missing),
     };
     let retry_at = now + cfg.backoff_ms(attempt);
     let error = crate::store::cap_error(req.error);
-    match state
+    let Some(resp) = state
         .store
-        .nack(&id, &req.token, error, retry_at, cfg.max_attempts, now)
+        .nack(id, &req.token, error, retry_at, cfg.max_attempts, now)
         .await?
-    {
-        Some(resp) => {
-            state.metrics.add(|c| &c.jobs_nacked, 1);
-            match resp {
-                NackResponse::Dead => {
-                    state.metrics.add(|c| &c.jobs_dead, 1);
-                    publish_finished(&state, Vec::new(), vec![id.clone()]).await;
-                }
-                NackResponse::Retry { .. } => state.metrics.add(|c| &c.jobs_retried, 1),
-            }
-            tracing::info!(job = %id, outcome = ?resp, "nacked");
-            Ok(Json(resp))
+    else {
+        return Ok(NackItemOutcome::LeaseLost);
+    };
+    state.metrics.add(|c| &c.jobs_nacked, 1);
+    tracing::info!(job = %id, outcome = ?resp, "nacked");
+    Ok(match resp {
+        NackResponse::Dead => {
+            state.metrics.add(|c| &c.jobs_dead, 1);
+            NackItemOutcome::Dead
         }
-        None => Err(lost_or_missing(&state, &id).await),
-    }
+        NackResponse::Retry { available_at } => {
+            state.metrics.add(|c| &c.jobs_retried, 1);
+            NackItemOutcome::Retry { available_at }
+        }
+    })
 }
 
 /// Most ids in one `POST /v1/jobs/status`.

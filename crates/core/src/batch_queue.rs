@@ -1,15 +1,16 @@
-//! Acks batched across jobs: jobs that finish within [`Config::ack_linger_ms`] of each other
-//! share one `POST /v1/jobs/ack`, so the worker pays one request for many jobs instead of one
-//! each.
+//! Acks and nacks batched across jobs: jobs that finish within [`Config::ack_linger_ms`] of
+//! each other share one `POST /v1/jobs/ack` (or `POST /v1/jobs/nack`), so the worker pays one
+//! request for many jobs instead of one each.
 //!
-//! A finished job puts its ack in the [`AckQueue`] and waits for its own answer. The queue loop
-//! (`Pipeline::run_queue`, which is never dropped while it runs) sees the queue become
-//! non-empty, waits the linger time for more acks to join, and sends up to
+//! A finished job puts its ack (or nack) in a [`BatchQueue`] and waits for its own answer. The
+//! queue loop (`Pipeline::run_queue`, which is never dropped while it runs) sees the queue become
+//! non-empty, waits the linger time for more to join, and sends up to
 //! [`Config::ack_batch_max`] in one request; each job then gets its own outcome (done, lease
-//! lost, refused). A failed request fails every ack in it with the same (retryable) error, and
-//! each job's retry loop sends its ack again: acks are idempotent per lease token, so nothing is
-//! acked twice and nothing is lost. Outside the queue loop (no loop to flush) acks go out one by
-//! one, as before.
+//! lost, refused; retry or dead). A failed request fails every item in it with the same
+//! (retryable) error, and each job's retry loop sends its ack again: acks are idempotent per
+//! lease token, so nothing is acked twice and nothing is lost (a nack that cannot be delivered
+//! leaves the lease to expire, and the server re-delivers). Outside the queue loop (no loop to
+//! flush) they go out one by one, as before.
 //!
 //! [`Config::ack_linger_ms`]: crate::config::Config::ack_linger_ms
 //! [`Config::ack_batch_max`]: crate::config::Config::ack_batch_max
@@ -22,18 +23,23 @@ use std::task::{Context, Poll, Waker};
 use futures_channel::oneshot;
 
 use crate::error::{Error, Result};
-use crate::protocol::AckRequest;
+use crate::protocol::{AckRequest, NackRequest, NackResponse};
 
-struct Pending {
+struct Pending<I, R> {
     id: String,
-    ack: AckRequest,
-    reply: oneshot::Sender<Result<()>>,
+    item: I,
+    reply: oneshot::Sender<Result<R>>,
 }
 
-/// See the [module docs](self).
-#[derive(Default)]
-pub struct AckQueue {
-    pending: RefCell<Vec<Pending>>,
+/// Acks waiting for their batch request.
+pub type AckQueue = BatchQueue<AckRequest, ()>;
+/// Nacks waiting for their batch request.
+pub type NackQueue = BatchQueue<NackRequest, NackResponse>;
+
+/// Items (acks or nacks) waiting for one batch request, each with whom to answer. See the
+/// [module docs](self).
+pub struct BatchQueue<I, R> {
+    pending: RefCell<Vec<Pending<I, R>>>,
     waker: RefCell<Option<Waker>>,
     driven: Cell<bool>,
     /// Acks pushed and not yet answered (waiting here or in a request on its way).
@@ -44,16 +50,29 @@ pub struct AckQueue {
     push_waker: RefCell<Option<Waker>>,
 }
 
-impl std::fmt::Debug for AckQueue {
+impl<I, R> Default for BatchQueue<I, R> {
+    fn default() -> Self {
+        BatchQueue {
+            pending: RefCell::default(),
+            waker: RefCell::default(),
+            driven: Cell::default(),
+            outstanding: Cell::default(),
+            pushes: Cell::default(),
+            push_waker: RefCell::default(),
+        }
+    }
+}
+
+impl<I, R> std::fmt::Debug for BatchQueue<I, R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AckQueue")
+        f.debug_struct("BatchQueue")
             .field("pending", &self.pending.borrow().len())
             .field("driven", &self.driven.get())
             .finish()
     }
 }
 
-impl AckQueue {
+impl<I, R> BatchQueue<I, R> {
     /// Whether a queue loop flushes this queue (else acks go out one by one).
     pub(crate) fn is_driven(&self) -> bool {
         self.driven.get()
@@ -63,7 +82,7 @@ impl AckQueue {
         self.driven.set(on);
         if !on {
             // Nobody will flush these: their jobs were handed back or dropped.
-            let dropped: Vec<Pending> = self.pending.borrow_mut().drain(..).collect();
+            let dropped: Vec<Pending<I, R>> = self.pending.borrow_mut().drain(..).collect();
             self.outstanding
                 .set(self.outstanding.get().saturating_sub(dropped.len()));
             for p in dropped {
@@ -72,12 +91,12 @@ impl AckQueue {
         }
     }
 
-    /// Queues an ack; the receiver gets its outcome once a batch carrying it was answered.
-    pub(crate) fn push(&self, id: &str, ack: AckRequest) -> oneshot::Receiver<Result<()>> {
+    /// Queues an item; the receiver gets its outcome once a batch carrying it was answered.
+    pub(crate) fn push(&self, id: &str, item: I) -> oneshot::Receiver<Result<R>> {
         let (reply, rx) = oneshot::channel();
         self.pending.borrow_mut().push(Pending {
             id: id.to_owned(),
-            ack,
+            item,
             reply,
         });
         self.outstanding.set(self.outstanding.get() + 1);
@@ -102,18 +121,18 @@ impl AckQueue {
     }
 
     /// Resolves once an ack was pushed after the `seen`-th.
-    pub(crate) fn pushed_after(&self, seen: u64) -> PushedAfter<'_> {
+    pub(crate) fn pushed_after(&self, seen: u64) -> PushedAfter<'_, I, R> {
         PushedAfter { queue: self, seen }
     }
 
     /// Resolves once an ack is waiting.
-    pub(crate) fn waiting(&self) -> Waiting<'_> {
+    pub(crate) fn waiting(&self) -> Waiting<'_, I, R> {
         self.at_least(1)
     }
 
     /// Resolves once `n` acks are waiting (every job in flight has finished: nobody else can
     /// join the batch, so lingering longer would only add latency).
-    pub(crate) fn at_least(&self, n: usize) -> Waiting<'_> {
+    pub(crate) fn at_least(&self, n: usize) -> Waiting<'_, I, R> {
         Waiting {
             queue: self,
             n: n.max(1),
@@ -121,7 +140,7 @@ impl AckQueue {
     }
 
     /// Takes up to `max` waiting acks for one request.
-    pub(crate) fn take(&self, max: usize) -> Batch<'_> {
+    pub(crate) fn take(&self, max: usize) -> Batch<'_, I, R> {
         let mut p = self.pending.borrow_mut();
         let n = p.len().min(max.max(1));
         Batch {
@@ -136,13 +155,13 @@ impl AckQueue {
     }
 }
 
-/// Acks taken for one request.
-pub(crate) struct Batch<'a> {
-    items: Vec<Pending>,
-    queue: &'a AckQueue,
+/// Items taken for one request.
+pub(crate) struct Batch<'a, I, R> {
+    items: Vec<Pending<I, R>>,
+    queue: &'a BatchQueue<I, R>,
 }
 
-impl Drop for Batch<'_> {
+impl<I, R> Drop for Batch<'_, I, R> {
     fn drop(&mut self) {
         // Answered or dropped unanswered (their jobs see `Stopped`): no longer outstanding.
         let n = self.items.len();
@@ -151,17 +170,17 @@ impl Drop for Batch<'_> {
     }
 }
 
-impl Batch<'_> {
-    /// `(job id, ack)` pairs, in order.
-    pub(crate) fn items(&self) -> Vec<(String, AckRequest)> {
+impl<I: Clone, R> Batch<'_, I, R> {
+    /// `(job id, item)` pairs, in order.
+    pub(crate) fn items(&self) -> Vec<(String, I)> {
         self.items
             .iter()
-            .map(|p| (p.id.clone(), p.ack.clone()))
+            .map(|p| (p.id.clone(), p.item.clone()))
             .collect()
     }
 
-    /// Hands every job its outcome: one per ack, or the request's error for all.
-    pub(crate) fn answer(mut self, outcome: Result<Vec<Result<()>>>) {
+    /// Hands every job its outcome: one per item, or the request's error for all.
+    pub(crate) fn answer(mut self, outcome: Result<Vec<Result<R>>>) {
         let items = std::mem::take(&mut self.items);
         let q = self.queue;
         q.outstanding
@@ -174,7 +193,7 @@ impl Batch<'_> {
             }
             Ok(results) => {
                 let e = Error::Protocol(format!(
-                    "the batch ack answered {} results for {} acks",
+                    "the batch request answered {} results for {} items",
                     results.len(),
                     items.len()
                 ));
@@ -191,13 +210,13 @@ impl Batch<'_> {
     }
 }
 
-/// The future of [`AckQueue::pushed_after`].
-pub(crate) struct PushedAfter<'a> {
-    queue: &'a AckQueue,
+/// The future of [`BatchQueue::pushed_after`].
+pub(crate) struct PushedAfter<'a, I, R> {
+    queue: &'a BatchQueue<I, R>,
     seen: u64,
 }
 
-impl Future for PushedAfter<'_> {
+impl<I, R> Future for PushedAfter<'_, I, R> {
     type Output = ();
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         if self.queue.pushes.get() > self.seen {
@@ -209,13 +228,13 @@ impl Future for PushedAfter<'_> {
     }
 }
 
-/// The future of [`AckQueue::waiting`].
-pub(crate) struct Waiting<'a> {
-    queue: &'a AckQueue,
+/// The future of [`BatchQueue::waiting`].
+pub(crate) struct Waiting<'a, I, R> {
+    queue: &'a BatchQueue<I, R>,
     n: usize,
 }
 
-impl Future for Waiting<'_> {
+impl<I, R> Future for Waiting<'_, I, R> {
     type Output = ();
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         if self.queue.len() >= self.n {
