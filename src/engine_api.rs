@@ -43,6 +43,18 @@ impl TernflowEngine {
         self.inner.embed(text)
     }
 
+    /// The embeddings of many texts in one call (no JS crossing per text): one `Float32Array`
+    /// of `texts.length × outputDim` values, text after text.
+    #[wasm_bindgen(js_name = embedBatch)]
+    pub fn embed_batch(&mut self, texts: Vec<String>) -> Vec<f32> {
+        let dim = self.inner.output_dim();
+        let mut out = vec![0.0; texts.len() * dim];
+        for (t, slot) in texts.iter().zip(out.chunks_exact_mut(dim)) {
+            self.inner.embed_into(t, slot);
+        }
+        out
+    }
+
     /// Token ids of `text`.
     pub fn tokenize(&self, text: &str) -> Vec<u32> {
         self.inner.tokenize(text)

@@ -59,9 +59,14 @@ export class Engine {
     return this.#inner.embed(text);
   }
 
-  /** One embedding per text, in order. */
+  /** One embedding per text, in order: one call into the wasm engine for all of them. */
   embedMany(texts) {
-    return texts.map((t) => this.embed(t));
+    if (!Array.isArray(texts) || texts.some((t) => typeof t !== "string")) {
+      throw new TernflowError("bad_request", "texts must be an array of strings");
+    }
+    const dim = this.#inner.outputDim;
+    const flat = this.#inner.embedBatch(texts);
+    return texts.map((_, i) => flat.subarray(i * dim, (i + 1) * dim));
   }
 
   /** `corpus` ranked by similarity to `query`: `[{ text, index, sim, score }]`, best first. */

@@ -117,3 +117,17 @@ test("the in-memory cache is bounded by bytes (memoryCacheBytes), least recently
   assert.equal(await src("bound three"), "local");
   await bindings.handle({ type: "init", id: 44 });
 });
+
+test("embedBatch answers every text in one call, equal to one embed per text", () => {
+  const engine = new bindings.TernflowEngine(new Uint8Array(modelBytes));
+  const texts = ["first text", "a second, longer text to embed", ""];
+  const flat = engine.embedBatch(texts);
+  assert.ok(flat instanceof Float32Array);
+  assert.equal(flat.length, texts.length * engine.outputDim);
+  texts.forEach((t, i) => {
+    const one = engine.embed(t);
+    assert.deepEqual(flat.subarray(i * engine.outputDim, (i + 1) * engine.outputDim), one, `text ${i}`);
+  });
+  assert.equal(engine.embedBatch([]).length, 0);
+  engine.free();
+});

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::keys::{cache_key, job_id};
 use crate::lease_board::LeaseBoard;
 use crate::metrics::names;
-use crate::pipeline::{HeldLock, Pipeline, Ports, RemoteHint};
+use crate::pipeline::{HeldLock, Pipeline, Ports, RemoteHint, SingleFlight};
 use crate::ports::{Clock, JobSource, Locks};
 use crate::protocol::{
     AckCacheWrite, AckRequest, ClaimedJob, JobResult, NackRequest, NackResponse, ResultSource,
@@ -111,29 +111,32 @@ impl<P: Ports> Pipeline<P> {
         trace: &str,
         held: &RefCell<Option<HeldLock>>,
     ) -> Result<ResultSource> {
-        let lease_guards_key = job.id == job_id(&job.model_id, &job.text);
-        let lease_fence = lease_guards_key.then_some(job.lease.fence);
+        let guard = if job.id == job_id(&job.model_id, &job.text) {
+            SingleFlight::Lease {
+                fence: job.lease.fence,
+            }
+        } else {
+            SingleFlight::Lock
+        };
         let hint = match (&job.cached, job.cache_checked) {
             (Some(e), _) => RemoteHint::Present(e.clone()),
             (None, true) => RemoteHint::Absent,
             (None, false) => RemoteHint::Unknown,
         };
         let r = self
-            .resolve_with(
-                &job.text,
-                Some(&job.model_id),
-                trace,
-                held,
-                lease_fence,
-                hint,
-            )
+            .resolve_with(&job.text, Some(&job.model_id), trace, held, guard, hint)
             .await?;
         // The remote write-through of a lease-guarded job rides on its ack, fenced by the lease.
-        let cache = (lease_guards_key && r.source != ResultSource::Remote).then(|| AckCacheWrite {
-            key: cache_key(&job.model_id, &job.text),
-            fence: job.lease.fence,
-            ttl_ms: Some(self.cfg.remote_ttl_ms),
-        });
+        let cache = match guard {
+            SingleFlight::Lease { fence } if r.source != ResultSource::Remote => {
+                Some(AckCacheWrite {
+                    key: cache_key(&job.model_id, &job.text),
+                    fence,
+                    ttl_ms: Some(self.cfg.remote_ttl_ms),
+                })
+            }
+            _ => None,
+        };
         let ack = AckRequest {
             cache,
             token: job.lease.token.clone(),

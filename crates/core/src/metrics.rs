@@ -78,6 +78,12 @@ pub mod gauges {
     pub const ENGINE_BREAKER: &str = "engine_breaker";
 }
 
+/// Latency histogram names (each reported as `<name>_p50_ms`, `_p99_ms`, `_mean_ms`).
+pub mod histograms {
+    /// One engine embed.
+    pub const ENGINE_LATENCY: &str = "engine_latency";
+}
+
 /// Upper bounds (ms) of the latency histogram buckets; a last bucket catches the rest.
 pub const LATENCY_BUCKETS_MS: [f64; 14] = [
     0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 25.0, 50.0, 100.0, 250.0,

@@ -14,7 +14,7 @@ use crate::breaker::{Breaker, BreakerState};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::keys::cache_key;
-use crate::metrics::{gauges, names, Metrics};
+use crate::metrics::{gauges, histograms, names, Metrics};
 use crate::ports::{Clock, Embedder, JobSource, LocalCache, Locks, PutOutcome, RemoteCache};
 use crate::protocol::{CacheEntry, CachePut, LockGrant, ResultSource, Vector};
 use crate::ratelimit::RateLimiter;
@@ -61,6 +61,21 @@ pub(crate) enum RemoteHint {
     Absent,
     /// The server's entry at claim time.
     Present(CacheEntry),
+}
+
+/// What makes a worker the only one embedding a text (single flight).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SingleFlight {
+    /// A lock from the lock service; its fence orders the remote cache write, sent here.
+    Lock,
+    /// The job's lease: a queue job whose id is the default hash of model and text is leased to
+    /// one worker at a time, so no lock is taken. Its fence (leases and locks draw fences from
+    /// one counter) orders the remote write, which travels inside the ack (the vector crosses
+    /// the network once).
+    Lease {
+        /// The lease's fence.
+        fence: u64,
+    },
 }
 
 /// The lock currently held for a text, so the heartbeat can renew it.
@@ -203,7 +218,7 @@ impl<P: Ports> Pipeline<P> {
             model_id,
             trace,
             &RefCell::new(None),
-            None,
+            SingleFlight::Lock,
             RemoteHint::Unknown,
         )
         .await
@@ -241,17 +256,14 @@ impl<P: Ports> Pipeline<P> {
         out
     }
 
-    /// `lease_fence`: the fence of a job lease that already makes this worker the only one
-    /// working on the text (a queue job whose id is the default hash of model and text: the
-    /// server leases each id to one worker at a time). The lock round trips are then skipped and
-    /// the lease's fence orders the cache write (leases and locks draw fences from one counter).
+    /// `guard`: what makes this worker the only one embedding the text (see [`SingleFlight`]).
     pub(crate) async fn resolve_with(
         &self,
         text: &str,
         model_id: Option<&str>,
         trace: &str,
         held: &RefCell<Option<HeldLock>>,
-        lease_fence: Option<u64>,
+        guard: SingleFlight,
         hint: RemoteHint,
     ) -> Result<Resolved> {
         self.validate(text)?;
@@ -289,9 +301,9 @@ impl<P: Ports> Pipeline<P> {
         }
 
         // Single flight: one worker embeds a key at a time; the others wait and re-check.
-        let outcome = match lease_fence {
-            Some(_) => LockOutcome::GaveUp, // the lease already is the single-flight guard
-            None => self.lock_or_wait(&key, &model, trace).await,
+        let outcome = match guard {
+            SingleFlight::Lease { .. } => LockOutcome::GaveUp, // the lease already guards it
+            SingleFlight::Lock => self.lock_or_wait(&key, &model, trace).await,
         };
         let grant = match outcome {
             LockOutcome::Held(g) => Some(g),
@@ -314,9 +326,8 @@ impl<P: Ports> Pipeline<P> {
 
         // A lease-guarded job's remote write travels with its ack (the vector crosses the
         // network once); everything else writes through here.
-        let write_remote = lease_fence.is_none();
         let result = self
-            .embed_and_store(&key, text, &model, trace, held, write_remote)
+            .embed_and_store(&key, text, &model, trace, held, guard)
             .await;
 
         // Still held only when embedding failed: release it so others need not wait for the TTL.
@@ -334,10 +345,10 @@ impl<P: Ports> Pipeline<P> {
         model: &str,
         trace: &str,
         held: &RefCell<Option<HeldLock>>,
-        write_remote: bool,
+        guard: SingleFlight,
     ) -> Result<Resolved> {
         let (mut vector, source) = self.embed(text, model, trace).await?;
-        if write_remote {
+        if guard == SingleFlight::Lock {
             vector = self.write_remote(key, vector, model, trace, held).await;
         }
         // The remote cache holds the value now: let waiting workers go while we fill our own
@@ -491,7 +502,7 @@ impl<P: Ports> Pipeline<P> {
                     self.engine_breaker.success();
                     self.metrics.inc(names::ENGINE_EMBEDS);
                     self.metrics.observe_ms(
-                        "engine_latency",
+                        histograms::ENGINE_LATENCY,
                         self.clock.now_ms().saturating_sub(t0) as f64,
                     );
                     self.update_breaker_gauges();
