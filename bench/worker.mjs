@@ -1,6 +1,6 @@
 // Benchmark of the worker pipeline in headless Chromium, against a real `ternflow serve`.
 // Build first: scripts/build-pkg.sh && cargo build --release -p ternflow-cli
-// Run:         node bench/worker.mjs [--model FILE] [--n 300] [--concurrency 16] [--workers N]
+// Run:         node bench/worker.mjs [--model FILE] [--n 300] [--concurrency C (default: the worker's, 64)] [--workers N]
 // Prints: bare-engine vs end-to-end queue throughput with one worker each (0 %, 100 % local and
 // 100 % remote hits), local hit latency (same
 // worker, and read from IndexedDB after a reload) vs a miss's, wasm memory after the model loads, and the cold start.
@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
 
 const root = resolve(fileURLToPath(new URL(".", import.meta.url)), "..");
-const args = { model: null, n: 300, concurrency: 16, workers: 1 };
+const args = { model: null, n: 300, concurrency: undefined, workers: 1 };
 for (let i = 2; i < process.argv.length; i++) {
   const k = process.argv[i];
   if (k === "--model") args.model = process.argv[++i];
@@ -117,7 +117,7 @@ try {
   const queueIds = (await r.json()).jobs.map((j) => j.id);
   const finished0 = await allFinished(queueIds);
   const t0 = performance.now();
-  await Promise.all(qs.map((w) => w.start({ concurrency: cfg.concurrency })));
+  await Promise.all(qs.map((w) => w.start(cfg.concurrency ? { concurrency: cfg.concurrency } : {})));
   await finished0.done;
   const queueMs = performance.now() - t0;
   await Promise.all(qs.map((w) => w.stop({ deadline: 5000 })));
@@ -133,7 +133,7 @@ try {
     const ids = jobs.map((j) => j.id);
     const finished = await allFinished(ids);
     const t = performance.now();
-    await w.start({ concurrency: cfg.concurrency });
+    await w.start(cfg.concurrency ? { concurrency: cfg.concurrency } : {});
     await finished.done;
     const ms = performance.now() - t;
     await w.stop({ deadline: 5000 });
@@ -196,8 +196,7 @@ try {
   const r = await tab.evaluate(() => window.__result);
   const rawRate = r.raw.rate;
   const queueRate = (r.n * 1000) / r.queueMs;
-  const g = r.stats.gauges;
-  console.log(`chromium ${browser.version()}, model ${r.raw.modelId}, n=${args.n}, ${args.workers} worker(s), concurrency ${args.concurrency}`);
+  console.log(`chromium ${browser.version()}, model ${r.raw.modelId}, n=${args.n}, ${args.workers} worker(s), concurrency ${args.concurrency ?? "default (64)"}`);
   console.log(`bare engine in a worker: ${rawRate.toFixed(1)} embeds/s${args.workers > 1 ? ` (the sum of ${args.workers} workers)` : ""}`);
   console.log(`end-to-end queue (claim, local cache, embed, local write, ack carrying the remote write; 0% hits): ${queueRate.toFixed(1)} jobs/s = ${((100 * queueRate) / rawRate).toFixed(1)}% of bare engine`);
   const src = (x) => Object.entries(x.sources).map(([k, v]) => `${k} ${v}`).join(", ");
@@ -212,7 +211,6 @@ try {
   console.log(`local hit after a reload (read from IndexedDB): median ${r.idbHitMedian.toFixed(3)} ms = ${(r.missMedian / r.idbHitMedian).toFixed(1)}x faster than a miss`);
   console.log(`local hits after a reload, batched (embedMany of ${args.n}, one IndexedDB read): ${r.idbBatchItem.toFixed(3)} ms per item = ${(r.missMedian / r.idbBatchItem).toFixed(1)}x faster than a miss`);
   console.log(`wasm memory after model load: ${(r.raw.memoryBytes / 1048576).toFixed(1)} MiB; cold start (load + first embed in a worker): ${r.raw.coldMs.toFixed(1)} ms`);
-  console.log(`worker engine latency p50 ${g.engine_latency_p50_ms} ms (histogram bucket), processing rate gauge ${g.processing_rate?.toFixed(1)} jobs/s`);
 } finally {
   await browser.close();
   http.close();
