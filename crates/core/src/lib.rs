@@ -27,6 +27,8 @@ pub mod error;
 pub mod job;
 pub mod keys;
 mod lease_board;
+pub mod mem_local;
+#[cfg(any(test, feature = "testing"))]
 pub mod memory;
 pub mod messages;
 pub mod metrics;

@@ -1,5 +1,6 @@
-//! In-memory implementations of every port, and a fake clock, for native tests of the pipeline.
-//! [`MemLocal`] also serves as the local cache in runtimes without IndexedDB (edge isolates).
+//! Test doubles (feature `testing`): in-memory implementations of every server-side port, a
+//! test embedder, and a fake clock with its own executor, for native tests of the pipeline. The
+//! in-memory local cache that runtimes without IndexedDB use is [`MemLocal`](crate::mem_local).
 //!
 //! They follow the server's semantics (leases with tokens and fences, fenced cache writes,
 //! compare-and-delete locks, attempt limits and a dead-letter list) closely enough that the
@@ -16,9 +17,7 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use crate::error::{Error, Result};
 use crate::keys::{cache_key, job_id};
-use crate::ports::{
-    Clock, Embedder, JobSource, LocalCache, Locks, PutOutcome, RemoteCache, Wakeups,
-};
+use crate::ports::{Clock, Embedder, JobSource, Locks, PutOutcome, RemoteCache, Wakeups};
 use crate::protocol::{
     AckRequest, CacheEntry, CachePut, ClaimedJob, JobError, JobResult, Lease, LockGrant,
     NackRequest, NackResponse,
@@ -123,93 +122,6 @@ impl Clock for FakeClock {
             deadline: self.now.get() + ms,
         }
         .await;
-    }
-}
-
-/// (vector, expires_at, last used).
-type LocalEntry = (Vec<f32>, u64, u64);
-
-/// A local cache in a map, with expiry and a size bound evicting the least recently used entry.
-#[derive(Debug, Clone)]
-pub struct MemLocal {
-    inner: Rc<RefCell<BTreeMap<String, LocalEntry>>>,
-    max_entries: usize,
-    /// When set, every call fails (a broken IndexedDB).
-    pub broken: Rc<Cell<bool>>,
-}
-
-impl MemLocal {
-    /// An empty cache holding at most `max_entries`.
-    pub fn new(max_entries: usize) -> Self {
-        MemLocal {
-            inner: Rc::default(),
-            max_entries: max_entries.max(1),
-            broken: Rc::default(),
-        }
-    }
-
-    /// Entries stored.
-    pub fn len(&self) -> usize {
-        self.inner.borrow().len()
-    }
-
-    /// Whether nothing is stored.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Whether `key` is stored (expired or not).
-    pub fn contains(&self, key: &str) -> bool {
-        self.inner.borrow().contains_key(key)
-    }
-
-    fn check(&self) -> Result<()> {
-        if self.broken.get() {
-            Err(Error::LocalCache("broken".into()))
-        } else {
-            Ok(())
-        }
-    }
-}
-
-impl LocalCache for MemLocal {
-    async fn get(&self, key: &str, now_ms: u64) -> Result<Option<Vec<f32>>> {
-        self.check()?;
-        let mut m = self.inner.borrow_mut();
-        match m.get_mut(key) {
-            Some((v, exp, used)) if *exp > now_ms => {
-                *used = now_ms;
-                Ok(Some(v.clone()))
-            }
-            Some(_) => {
-                m.remove(key);
-                Ok(None)
-            }
-            None => Ok(None),
-        }
-    }
-    async fn put(&self, key: &str, vector: &[f32], expires_at: u64, now_ms: u64) -> Result<()> {
-        self.check()?;
-        let mut m = self.inner.borrow_mut();
-        m.insert(key.to_owned(), (vector.to_vec(), expires_at, now_ms));
-        while m.len() > self.max_entries {
-            let oldest = m
-                .iter()
-                .min_by_key(|(_, (_, _, used))| *used)
-                .map(|(k, _)| k.clone());
-            if let Some(k) = oldest {
-                m.remove(&k);
-            }
-        }
-        Ok(())
-    }
-    async fn remove(&self, keys: &[String]) -> Result<()> {
-        self.check()?;
-        let mut m = self.inner.borrow_mut();
-        for k in keys {
-            m.remove(k);
-        }
-        Ok(())
     }
 }
 
