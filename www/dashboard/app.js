@@ -88,15 +88,20 @@ function drawCharts() {
 }
 
 // --- tiles, workers, alerts ----------------------------------------------------------------
+// The latest value of `key` in the last minute's samples (an idle second has none).
+function latest(key) {
+  for (let i = samples.length - 1; i >= 0 && i >= samples.length - 60; i--) if (samples[i][key] != null) return samples[i][key];
+  return null;
+}
+
 function tiles(d) {
-  const last = samples[samples.length - 1] || {};
   const c = d.counters;
   const acked = (c.acked_engine || 0) + (c.acked_backend || 0) + (c.acked_local || 0) + (c.acked_remote || 0);
   const hit = acked ? ((c.acked_local || 0) + (c.acked_remote || 0)) / acked : null;
   const items = [
     ["ready", d.queue.ready], ["leased", d.queue.leased], ["delayed", d.queue.delayed], ["dead letters", d.queue.dead],
-    ["jobs/s now", fmt(last.jobs_per_s)], ["acked since start", c.jobs_acked],
-    ["cache hits since start", pct(hit)], ["job p50 / p99 (ms)", fmt(last.job_p50_ms, 0) + " / " + fmt(last.job_p99_ms, 0)],
+    ["jobs/s now", fmt(latest("jobs_per_s"))], ["jobs/s, last minute", fmt(d.ack_rate)], ["acked since start", c.jobs_acked],
+    ["cache hits since start", pct(hit)], ["job p50 / p99 (ms), latest", fmt(latest("job_p50_ms"), 0) + " / " + fmt(latest("job_p99_ms"), 0)],
     ["workers", d.workers.length], ["retries", c.jobs_retried], ["locks held / leaked", c.locks_held + " / " + c.lock_leaked],
   ];
   $("tiles").innerHTML = items.map(([l, v]) => `<div class="tile"><div class="v">${esc(v ?? "–")}</div><div class="l">${esc(l)}</div></div>`).join("");

@@ -11,7 +11,7 @@
 //! by [`MAX_SCANNED`]; fine for a dashboard over a corpus of thousands to tens of thousands.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 use ternflow_core::protocol::ResultSource;
@@ -42,7 +42,7 @@ pub struct Hit {
 pub struct Found {
     /// The best hits, best first.
     pub hits: Vec<Hit>,
-    /// Finished jobs of the query's model that were scored.
+    /// Finished jobs of the query's model that were scored (several may share a text).
     pub scored: usize,
     /// Finished jobs skipped: another model, or another dimension.
     pub skipped: usize,
@@ -65,29 +65,9 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     }
 }
 
-/// A heap entry ordered so that the *worst* hit is on top (a min-heap of the best `k`).
-struct Worst(Hit);
-
-impl PartialEq for Worst {
-    fn eq(&self, o: &Self) -> bool {
-        self.cmp(o) == Ordering::Equal
-    }
-}
-impl Eq for Worst {}
-impl PartialOrd for Worst {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Worst {
-    fn cmp(&self, o: &Self) -> Ordering {
-        o.0.score
-            .total_cmp(&self.0.score)
-            .then_with(|| self.0.id.cmp(&o.0.id))
-    }
-}
-
-/// The `k` finished jobs of `model_id` closest to `query` (already embedded with that model).
+/// The `k` finished jobs of `model_id` closest to `query` (already embedded with that model),
+/// one per distinct text (the same sentence enqueued twice under two ids is one hit, the one
+/// with the higher score, then the smaller id).
 ///
 /// # Errors
 /// A store error while scanning.
@@ -97,7 +77,7 @@ pub async fn top_k(
     query: &[f32],
     k: usize,
 ) -> Result<Found> {
-    let mut heap = BinaryHeap::with_capacity(k + 1);
+    let mut best: HashMap<String, Hit> = HashMap::new();
     let mut seen = HashSet::new();
     let (mut scored, mut skipped, mut cursor) = (0, 0, String::new());
     let mut truncated = false;
@@ -112,15 +92,17 @@ pub async fn top_k(
                 continue;
             }
             scored += 1;
-            let score = cosine(query, &j.result.vector.0);
-            heap.push(Worst(Hit {
+            let hit = Hit {
+                score: cosine(query, &j.result.vector.0),
                 id: j.id,
                 text: j.text,
-                score,
                 source: j.result.source,
-            }));
-            if heap.len() > k {
-                heap.pop();
+            };
+            match best.get(&hit.text) {
+                Some(b) if better(b, &hit) => {}
+                _ => {
+                    best.insert(hit.text.clone(), hit);
+                }
             }
         }
         match page.next {
@@ -132,14 +114,24 @@ pub async fn top_k(
             None => break,
         }
     }
-    let mut hits: Vec<Hit> = heap.into_iter().map(|w| w.0).collect();
-    hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
+    let mut hits: Vec<Hit> = best.into_values().collect();
+    hits.sort_by(rank);
+    hits.truncate(k);
     Ok(Found {
         hits,
         scored,
         skipped,
         truncated,
     })
+}
+
+/// Best first: the higher score, then the smaller id.
+fn rank(a: &Hit, b: &Hit) -> Ordering {
+    b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id))
+}
+
+fn better(a: &Hit, b: &Hit) -> bool {
+    rank(a, b) == Ordering::Less
 }
 
 #[cfg(test)]

@@ -327,8 +327,15 @@ async fn search_over(store: Arc<dyn Store>) {
             .status,
         StatusCode::OK
     );
+    // The same sentence again under another id: one hit, not two.
+    assert_eq!(
+        api.enqueue(json!({"id": "dup-1", "text": texts[1]}))
+            .await
+            .status,
+        StatusCode::OK
+    );
     let claimed = api.claim(10).await;
-    assert_eq!(claimed.len(), 6);
+    assert_eq!(claimed.len(), 7);
     let acks: Vec<Value> = claimed
         .iter()
         .map(|j| {
@@ -366,7 +373,13 @@ async fn search_over(store: Arc<dyn Store>) {
             scores.windows(2).all(|w| w[0] >= w[1]),
             "best first: {scores:?}"
         );
-        assert_eq!(r.json["scored"], 5);
+        let distinct: std::collections::HashSet<&str> =
+            hits.iter().map(|h| h["text"].as_str().unwrap()).collect();
+        assert_eq!(distinct.len(), 3, "one hit per distinct text: {}", r.text);
+        assert_eq!(
+            r.json["scored"], 6,
+            "every finished job of the model is scored"
+        );
         assert_eq!(r.json["skipped"], 1, "the other model's job");
         assert_eq!(r.json["model_id"], model.as_str());
     }
