@@ -41,7 +41,7 @@ try {
     const url = cfg.servers[i % cfg.servers.length];
     const w = new EmbeddingWorker({ server: { url, token: cfg.token }, dbName: "ternflow-demo-" + i + "-" + Date.now() });
     await w.ready;
-    await w.start({ concurrency: 16 });
+    await w.start();
     return w;
   }));
   window.__ready = true;
@@ -57,7 +57,7 @@ try {
   await tab.waitForFunction(() => window.__ready || window.__error, null, { timeout: 120000, polling: 100 });
   const err = await tab.evaluate(() => window.__error);
   if (err) throw new Error(err);
-  log(`${args.workers} Web Worker(s) in headless Chromium ${browser.version()}, concurrency 16 each, ` +
+  log(`${args.workers} Web Worker(s) in headless Chromium ${browser.version()}, the default concurrency, ` +
     `spread over ${servers.length} server(s): ${args.servers.join(", ")}`);
 
   // The dashboard, live from the start (so its charts have both runs).

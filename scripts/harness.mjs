@@ -10,7 +10,7 @@ import { chromium } from "playwright-core";
 export const root = resolve(fileURLToPath(new URL(".", import.meta.url)), "..");
 
 const TYPES = { ".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm",
-  ".bin": "application/octet-stream", ".txt": "text/plain", ".html": "text/html" };
+  ".bin": "application/octet-stream", ".txt": "text/plain", ".html": "text/html", ".css": "text/css" };
 
 /** Serves `pages` (path → HTML) and the files under pkg/ and www/ on 127.0.0.1; returns its URL. */
 export async function serveStatic(pages) {
@@ -53,11 +53,11 @@ export function client(base, token) {
     get: (p) => call("GET", p),
     post: (p, b) => call("POST", p, b ?? {}),
     del: (p) => call("DELETE", p),
-    /** Statuses of `ids` (1 000 per request), in order. */
-    async statuses(ids) {
+    /** Statuses of `ids` (1 000 per request), in order; without the vectors unless `vectors`. */
+    async statuses(ids, { vectors = false } = {}) {
       const out = [];
       for (let i = 0; i < ids.length; i += 1000) {
-        const r = await call("POST", "/v1/jobs/status", { ids: ids.slice(i, i + 1000) });
+        const r = await call("POST", "/v1/jobs/status", { ids: ids.slice(i, i + 1000), vectors });
         out.push(...r.jobs);
       }
       return out;
