@@ -330,7 +330,7 @@ for (let i = 1, j = 0; i < tl.length; i++) {
   xs.push(tl[i][0]); ys.push((tl[i][1] - tl[k][1]) / Math.max(0.05, tl[i][0] - tl[k][0]));
 }
 const xmax = Math.max(xs[xs.length - 1] ?? 1, ...ev.map((e) => e[0])) + 0.5;
-const marks = { hooks: { draw: [(u) => { const c = u.ctx; c.save(); c.font = "12px system-ui";
+const marks = { hooks: { draw: [(u) => { const c = u.ctx; c.save(); c.font = "12px system-ui"; c.textAlign = "left"; c.textBaseline = "alphabetic";
   let big = 0;
   ev.forEach(([t, label]) => { const x = u.valToPos(t, "x", true); const w = label.startsWith("worker");
     c.strokeStyle = w ? "#d29922" : "#f85149";

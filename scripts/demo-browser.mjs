@@ -195,6 +195,18 @@ try {
   log(`\ndashboard: ${shown.samples} samples charted, ${shown.workers} worker row(s), ${shown.hits} search hits, ${shown.dlq} dead letter(s) listed`);
   log(`dashboard screenshot: ${png}`);
 
+  // The dashboard's redrive button, clicked: the poison job is queued again, a worker takes it
+  // and it is dead-lettered again (its model still exists nowhere), one more attempt in its history.
+  const before = (await A.get("/v1/dlq")).entries.find((e) => e.job.id === "poison-1");
+  await dash.click('button[data-redrive="poison-1"]');
+  let again = null;
+  for (let i = 0; i < 100; i++) {
+    await sleep(100);
+    again = (await A.get("/v1/dlq")).entries.find((e) => e.job.id === "poison-1" && e.dead_at > before.dead_at);
+    if (again) break;
+  }
+  log(`redrive button for poison-1: ${again ? `re-queued and dead-lettered again (${again.error.code}), ${again.history.length} attempts in its history` : "not dead-lettered again within 10 s"}`);
+
   // ---- checks the demo stands on ---------------------------------------------------------------
   const problems = [];
   if (r1.dead !== poison.length) problems.push(`run 1: ${r1.dead} dead letters, expected the ${poison.length} poison jobs`);
@@ -202,6 +214,7 @@ try {
   if (r2.dead !== 0) problems.push(`run 2: ${r2.dead} dead letters`);
   if (r2.by.local + r2.by.remote < texts.length * 0.9) problems.push("run 2: fewer than 90 % cache hits");
   if (shown.samples < 5 || shown.workers < 1) problems.push("the dashboard shows no live data");
+  if (!again || again.history.length !== before.history.length + 1) problems.push("the dashboard's redrive did not re-run poison-1");
   if (problems.length) { console.error("demo: FAILED: " + problems.join("; ")); exitCode = 1; }
   await tab.evaluate(() => Promise.all(window.__workers.map((w) => w.stop({ deadline: 3000 }))));
 } finally {
