@@ -35,7 +35,8 @@ const plan = args.short
   ? { killEvery: 2, redisAt: 2, redisDown: 1, serverAt: 4.5, serverDown: 2, leaseMs: 2000 }
   : { killEvery: 4, redisAt: 8, redisDown: 2, serverAt: 16, serverDown: 5, leaseMs: 3000 };
 const tmp = mkdtempSync(join(tmpdir(), "ternflow-chaos-"));
-const out = args.out || tmp;
+// The plot outlives the run; the Redis directory does not.
+const out = args.out || mkdtempSync(join(tmpdir(), "ternflow-chaos-out-"));
 mkdirSync(out, { recursive: true });
 const log = (...a) => console.log(...a);
 const t00 = performance.now();
@@ -357,8 +358,7 @@ window.__plotted = true;
   await browser.close().catch(() => {});
   stat.close();
   for (const c of [...children]) await stop(c, "SIGKILL");
-  if (!args.out) rmSync(tmp, { recursive: true, force: true });
-  else rmSync(redisDir, { recursive: true, force: true });
+  rmSync(tmp, { recursive: true, force: true });
 }
 if (failed.length) {
   console.error("chaos: FAILED:\n  " + failed.join("\n  "));
