@@ -1,42 +1,89 @@
 #!/usr/bin/env bash
 # The main job, end to end: build the npm package (wasm + JS + model) and the `ternflow` binary,
-# start the server, enqueue texts, run a Web Worker in headless Chromium that pulls the jobs,
-# embeds them (caches, lock, engine), acks them, then answers a semantic search. Ends with the
-# server's stats.
+# start `ternflow serve`, open headless Chromium with one Web Worker per core, enqueue the demo
+# corpus (3 000 sentences of the Python documentation, www/demo/CORPUS.md) twice, drain it, print
+# the figures, search it, and save a PNG screenshot of the live dashboard. Ends with `demo: ok`.
+#
+# Usage: scripts/demo.sh [--workers N] [--redis URL] [--out DIR]
+#   --workers N   Web Workers in the browser (default: one per core)
+#   --redis URL   run on that Redis instead of the embedded store, with two `ternflow serve`
+#                 processes behind the same workers (half the workers on each); the demo then
+#                 prints the evidence that wake-ups and invalidations cross between them
+#   --out DIR     where the screenshot and the id files go (default: a new temporary directory)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+WORKERS=$(nproc)
+REDIS=""
+OUT=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --workers) WORKERS=$2; shift 2 ;;
+    --redis) REDIS=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    *) echo "usage: scripts/demo.sh [--workers N] [--redis URL] [--out DIR]" >&2; exit 2 ;;
+  esac
+done
+
 scripts/setup.sh
 
 MODEL=models/ternlight-int4.bin
+CORPUS=www/demo/corpus.txt
+[ -f "$MODEL" ] || { echo "demo: $MODEL is missing (it is part of the repository)" >&2; exit 1; }
 echo "==> native binary"
 cargo build --release --locked -q -p ternflow-cli
 BIN=$(realpath "${CARGO_TARGET_DIR:-target}")/release/ternflow
-WORK=$(mktemp -d)
-if [ ! -f "$MODEL" ]; then
-  echo "demo: $MODEL is missing: using a generated random model (search results will be meaningless)"
-  MODEL=$WORK/random-int4.bin
-  "$BIN" gen-model "$MODEL" >/dev/null
-fi
-
 echo "==> npm package (pkg/)"
 scripts/build-pkg.sh "$MODEL"
 
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-TOKEN="demo-$RANDOM$RANDOM"
-"$BIN" serve --addr "127.0.0.1:$PORT" --data-dir "$WORK/data" --model "$MODEL" \
-  --insecure-dev-token "$TOKEN" --cors-allow-localhost >"$WORK/server.log" 2>&1 &
-SERVER=$!
-trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null; rm -rf "$WORK"' EXIT
-for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
-echo "==> server on http://127.0.0.1:$PORT (embedded store in $WORK/data)"
+WORK=$(mktemp -d)
+OUT=${OUT:-$(mktemp -d /tmp/ternflow-demo.XXXXXX)}
+mkdir -p "$OUT"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
 
-echo "==> enqueue"
-N=$(grep -c . www/demo/texts.txt)
-"$BIN" enqueue www/demo/texts.txt --server "http://127.0.0.1:$PORT" --token "$TOKEN"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+TOKEN="demo-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+# start_server NAME STORE_ARGS...: one `ternflow serve` on a free port; sets URL.
+start_server() {
+  local name=$1; shift
+  local port
+  port=$(free_port)
+  "$BIN" serve --addr "127.0.0.1:$port" --model "$MODEL" --insecure-dev-token "$TOKEN" \
+    --cors-allow-localhost "$@" >"$WORK/$name.log" 2>&1 &
+  PIDS+=($!)
+  URL="http://127.0.0.1:$port"
+  for _ in $(seq 100); do curl -fsS "$URL/healthz" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  cat "$WORK/$name.log" >&2
+  echo "demo: server $name did not start" >&2
+  exit 1
+}
 
-echo "==> Web Worker in headless Chromium"
-node scripts/demo-browser.mjs "http://127.0.0.1:$PORT" "$TOKEN" "$N"
+SERVER_ARGS=()
+if [ -z "$REDIS" ]; then
+  start_server A --data-dir "$WORK/data"
+  SERVER_ARGS+=(--server "$URL")
+  echo "==> ternflow serve on $URL (embedded SQLite store in $WORK/data)"
+else
+  # A prefix of its own, so the demo never touches other data on that Redis.
+  PREFIX="tf-demo-$(date +%s)-$RANDOM"
+  start_server A --store "$REDIS" --redis-prefix "$PREFIX"
+  SERVER_ARGS+=(--server "$URL")
+  A=$URL
+  start_server B --store "$REDIS" --redis-prefix "$PREFIX"
+  SERVER_ARGS+=(--server "$URL")
+  echo "==> two ternflow serve processes on $REDIS (prefix $PREFIX): A $A, B $URL"
+fi
+echo "==> open the dashboard: ${SERVER_ARGS[1]}/dashboard#token=$TOKEN"
 
-echo "==> server stats"
-"$BIN" stats --server "http://127.0.0.1:$PORT" --token "$TOKEN"
+node scripts/demo-browser.mjs "${SERVER_ARGS[@]}" --token "$TOKEN" --bin "$BIN" \
+  --corpus "$CORPUS" --workers "$WORKERS" --out "$OUT"
+
+echo "==> server stats (A)"
+"$BIN" stats --server "${SERVER_ARGS[1]}" --token "$TOKEN"
 echo "demo: ok"

@@ -97,6 +97,15 @@ else
   failed=$((failed + 1)); failed_steps+=("browser-services")
 fi
 run npm-package npm_package
+# The chaos run's short form (scripts/chaos.sh is the full one): 1 000 jobs, 2 browser workers,
+# two servers on a Redis with AOF; workers terminated and restarted, Redis kill -9 + restart, a
+# server stopped and restarted; nothing lost, fences hold, every vector equal to a fresh embed.
+# Uses the debug binary built above and the pkg/ of the npm-package step.
+chaos_short() {
+  node scripts/chaos.mjs --bin "${CARGO_TARGET_DIR:-target}/debug/ternflow" \
+    --model models/ternlight-int4.bin --short --jobs 1000 --workers 2
+}
+run chaos-short chaos_short
 
 echo
 [ ${#failed_steps[@]} -eq 0 ] || echo "failed steps: ${failed_steps[*]}"

@@ -70,6 +70,10 @@ pub struct Config {
     pub rate_burst: u32,
     /// After shutdown begins, connections still open this long (ms) are closed.
     pub shutdown_deadline_ms: u64,
+    /// How often the dashboard's history takes a stats sample (ms).
+    pub stats_sample_ms: u64,
+    /// Stats samples kept for the dashboard (900 at 1 s: the last 15 minutes).
+    pub stats_samples: usize,
 }
 
 impl Default for Config {
@@ -103,6 +107,8 @@ impl Default for Config {
             rate_per_token: 10_000,
             rate_burst: 20_000,
             shutdown_deadline_ms: 10_000,
+            stats_sample_ms: 1_000,
+            stats_samples: 900,
         }
     }
 }

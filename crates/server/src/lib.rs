@@ -23,11 +23,14 @@
 //!   and their conformance suite.
 //! - [`sse`]: the event hub (ring buffer for `Last-Event-ID`, wake-ups for long polls).
 //! - [`embed`]: the [`Embedder`] trait, the engine behind it and the request batcher.
-//! - [`metrics`]: counters, histogram and worker snapshots as Prometheus text.
+//! - [`metrics`]: counters, histograms (embed latency, claim → ack job latency), acks by result
+//!   source and worker snapshots (with the runtime their `User-Agent` names), as Prometheus text.
+//! - [`series`]: the dashboard's history, a ring of stats samples, and its alerts.
+//! - [`search`]: semantic search over finished jobs (the query embedded by the server's engine).
 //! - `cache`, `queue`: the cache and queue rules the routes share (routes never import each
 //!   other).
 //! - `routes/`: one file per route family (`jobs`, `dlq`, `events`, `cache`, `locks`, `embed`,
-//!   `metrics`); `routes/mod.rs` assembles the router and its layers (auth, CORS, body limit).
+//!   `metrics`, `model`, `dashboard`); `routes/mod.rs` assembles the router and its layers (auth, CORS, body limit).
 //! - `extract`: the JSON, path and query extractors whose rejections are protocol errors.
 
 pub mod auth;
@@ -42,6 +45,8 @@ mod limits;
 pub mod metrics;
 mod queue;
 mod routes;
+pub mod search;
+pub mod series;
 mod serve;
 pub mod sse;
 pub mod state;
@@ -58,7 +63,7 @@ pub use state::AppState;
 pub use store::memory::MemoryStore;
 pub use store::redis::RedisStore;
 pub use store::sqlite::{SqliteStore, Synchronous};
-pub use store::{CacheStore, EventBus, LockStore, QueueStore, Store};
+pub use store::{CacheStore, EventBus, LockStore, QueueStore, ResultScan, Store};
 
 /// The router over `state`: every route with its auth, CORS and body-limit layers.
 pub fn app(state: AppState) -> axum::Router {

@@ -1,12 +1,12 @@
 //! The metrics registry: counters, the embed latency histogram, the ack rate and worker-pushed
 //! snapshots, rendered as Prometheus text (exposition format 0.0.4) by hand.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use ternflow_core::protocol::{QueueDepth, WorkerMetrics};
+use ternflow_core::protocol::{QueueDepth, ResultSource, WorkerMetrics};
 
 macro_rules! counters {
     ($($name:ident: $help:literal,)*) => {
@@ -60,6 +60,24 @@ pub const LATENCY_BUCKETS_MS: [f64; 12] = [
     1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1_000.0, 2_000.0, 5_000.0,
 ];
 
+/// Upper bounds (ms) of the job latency histogram: claim → ack, as this server saw both.
+pub const JOB_LATENCY_BUCKETS_MS: [f64; 16] = [
+    5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 300.0, 500.0, 750.0, 1_000.0, 1_500.0, 2_000.0, 3_000.0,
+    5_000.0, 10_000.0, 30_000.0,
+];
+/// Most claims whose time is remembered for the job latency (a job acked on another server, or
+/// never acked, is forgotten after [`CLAIM_MEMORY_MS`] once the table is full).
+const MAX_TRACKED_CLAIMS: usize = 200_000;
+/// How long a remembered claim time is worth keeping when the table is full (ms).
+const CLAIM_MEMORY_MS: u64 = 15 * 60_000;
+/// The result sources, in the order of [`Metrics::acked_by_source`].
+pub const SOURCES: [ResultSource; 4] = [
+    ResultSource::Engine,
+    ResultSource::Backend,
+    ResultSource::Local,
+    ResultSource::Remote,
+];
+
 const MAX_WORKERS: usize = 1_000;
 /// A worker that has not reported for this long drops out of the table (ms).
 pub const WORKER_QUIET_MS: u64 = 5 * 60_000;
@@ -74,8 +92,76 @@ pub struct Metrics {
     latency_count: AtomicU64,
     latency_sum_us: AtomicU64,
     acks_per_second: Mutex<VecDeque<(u64, u64)>>,
-    /// Worker name → (latest snapshot, when it arrived).
-    workers: Mutex<BTreeMap<String, (WorkerMetrics, u64)>>,
+    /// Worker name → (latest snapshot, when it arrived, its runtime).
+    workers: Mutex<BTreeMap<String, (WorkerMetrics, u64, String)>>,
+    /// Job id → when this server leased it (for the job latency).
+    claimed_at: Mutex<HashMap<String, u64>>,
+    /// Cumulative job latency counts per [`JOB_LATENCY_BUCKETS_MS`] bucket, plus overflow.
+    job_latency: [AtomicU64; JOB_LATENCY_BUCKETS_MS.len() + 1],
+    /// Acked jobs by where their vector came from, in [`SOURCES`] order.
+    acked_by_source: [AtomicU64; 4],
+}
+
+/// One row of the dashboard's worker table.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct WorkerRow {
+    /// The latest snapshot.
+    #[serde(flatten)]
+    pub snapshot: WorkerMetrics,
+    /// When it arrived (Unix ms).
+    pub last_seen: u64,
+    /// What the worker's `User-Agent` says it runs in (`HeadlessChrome 156`, `Node`, `native`…).
+    pub runtime: String,
+}
+
+/// The runtime a `User-Agent` names: browser and version, Node, workerd, or `native` (a Rust
+/// client, or no header).
+pub fn runtime_of(user_agent: &str) -> String {
+    for (token, name) in [
+        ("HeadlessChrome/", "HeadlessChrome"),
+        ("Edg/", "Edge"),
+        ("Chrome/", "Chrome"),
+        ("Firefox/", "Firefox"),
+        ("Version/", "Safari"),
+    ] {
+        if let Some(rest) = user_agent.split(token).nth(1) {
+            let major = rest.split(['.', ' ']).next().unwrap_or("");
+            return format!("{name} {major}");
+        }
+    }
+    let lower = user_agent.to_ascii_lowercase();
+    if lower.contains("cloudflare-workers") || lower.contains("workerd") {
+        "workerd".to_owned()
+    } else if lower == "node" || lower.starts_with("node") || lower.contains("undici") {
+        "Node".to_owned()
+    } else if user_agent.is_empty() || lower.starts_with("reqwest") {
+        "native".to_owned()
+    } else {
+        user_agent.chars().take(40).collect()
+    }
+}
+
+/// The `q` quantile (0..=1) of a histogram with upper `bounds` and `counts` (one more than the
+/// bounds: the overflow), interpolated linearly inside its bucket as Prometheus'
+/// `histogram_quantile` does; `None` when empty.
+pub fn quantile(bounds: &[f64], counts: &[u64], q: f64) -> Option<f64> {
+    let n: u64 = counts.iter().sum();
+    if n == 0 {
+        return None;
+    }
+    let rank = q.clamp(0.0, 1.0) * n as f64;
+    let mut seen = 0u64;
+    for (i, &c) in counts.iter().enumerate() {
+        if c > 0 && (seen + c) as f64 >= rank {
+            let lo = if i == 0 { 0.0 } else { bounds[i - 1] };
+            let Some(&hi) = bounds.get(i) else {
+                return bounds.last().copied();
+            };
+            return Some(lo + (hi - lo) * ((rank - seen as f64) / c as f64).clamp(0.0, 1.0));
+        }
+        seen += c;
+    }
+    bounds.last().copied()
 }
 
 fn inc(c: &AtomicU64, n: u64) {
@@ -130,11 +216,63 @@ impl Metrics {
         n as f64 / 60.0
     }
 
+    /// Remembers when this server leased `ids` (the start of their job latency).
+    pub fn jobs_claimed<'a>(&self, ids: impl IntoIterator<Item = &'a str>, now_ms: u64) {
+        let mut m = self.claimed_at.lock().unwrap_or_else(|p| p.into_inner());
+        for id in ids {
+            if m.len() >= MAX_TRACKED_CLAIMS && !m.contains_key(id) {
+                m.retain(|_, at| at.saturating_add(CLAIM_MEMORY_MS) > now_ms);
+                if m.len() >= MAX_TRACKED_CLAIMS {
+                    return;
+                }
+            }
+            m.insert(id.to_owned(), now_ms);
+        }
+    }
+
+    /// Counts a first ack by its result's source and, when this server leased the job,
+    /// records its claim → ack latency.
+    pub fn job_acked(&self, id: &str, source: ResultSource, now_ms: u64) {
+        let i = SOURCES.iter().position(|s| *s == source).unwrap_or(0);
+        inc(&self.acked_by_source[i], 1);
+        let started = self
+            .claimed_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+        if let Some(at) = started {
+            let ms = now_ms.saturating_sub(at) as f64;
+            let b = JOB_LATENCY_BUCKETS_MS
+                .iter()
+                .position(|le| ms <= *le)
+                .unwrap_or(JOB_LATENCY_BUCKETS_MS.len());
+            inc(&self.job_latency[b], 1);
+        }
+    }
+
+    /// Cumulative job latency counts (per [`JOB_LATENCY_BUCKETS_MS`] bucket, then overflow).
+    pub fn job_latency_counts(&self) -> Vec<u64> {
+        self.job_latency
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Acked jobs by source since start, in [`SOURCES`] order.
+    pub fn acked_by_source(&self) -> [u64; 4] {
+        std::array::from_fn(|i| self.acked_by_source[i].load(Ordering::Relaxed))
+    }
+
     /// Folds in a worker's snapshot (replacing its previous one). Bounded: at most 1 000
     /// workers and 64 series each; names are reduced to `[a-z0-9_]`. Snapshots older than
     /// [`WORKER_QUIET_MS`] are dropped; when the table is still full, the worker heard from
     /// least recently makes room, so a new worker is never refused.
-    pub fn push_worker(&self, mut snap: WorkerMetrics, now_ms: u64) {
+    pub fn push_worker(&self, snap: WorkerMetrics, now_ms: u64) {
+        self.push_worker_from(snap, "", now_ms);
+    }
+
+    /// [`Metrics::push_worker`], noting the runtime the worker's `User-Agent` names.
+    pub fn push_worker_from(&self, mut snap: WorkerMetrics, user_agent: &str, now_ms: u64) {
         snap.worker = snap.worker.chars().take(64).collect();
         snap.counters = snap
             .counters
@@ -151,25 +289,41 @@ impl Metrics {
             .collect();
         let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
         if w.len() >= MAX_WORKERS && !w.contains_key(&snap.worker) {
-            w.retain(|_, (_, seen)| seen.saturating_add(WORKER_QUIET_MS) > now_ms);
+            w.retain(|_, (_, seen, _)| seen.saturating_add(WORKER_QUIET_MS) > now_ms);
             if w.len() >= MAX_WORKERS {
                 let oldest = w
                     .iter()
-                    .min_by_key(|(_, (_, seen))| *seen)
+                    .min_by_key(|(_, (_, seen, _))| *seen)
                     .map(|(k, _)| k.clone());
                 if let Some(k) = oldest {
                     w.remove(&k);
                 }
             }
         }
-        w.insert(snap.worker.clone(), (snap, now_ms));
+        let runtime = runtime_of(user_agent);
+        w.insert(snap.worker.clone(), (snap, now_ms, runtime));
+    }
+
+    /// The dashboard's worker table: every worker heard from within [`WORKER_QUIET_MS`].
+    pub fn worker_rows(&self, now_ms: u64) -> Vec<WorkerRow> {
+        let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        w.retain(|_, (_, seen, _)| seen.saturating_add(WORKER_QUIET_MS) > now_ms);
+        w.values()
+            .map(|(m, seen, runtime)| WorkerRow {
+                snapshot: m.clone(),
+                last_seen: *seen,
+                runtime: runtime.clone(),
+            })
+            .collect()
     }
 
     /// The latest snapshot of every worker heard from within [`WORKER_QUIET_MS`].
     pub fn workers(&self, now_ms: u64) -> BTreeMap<String, WorkerMetrics> {
         let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
-        w.retain(|_, (_, seen)| seen.saturating_add(WORKER_QUIET_MS) > now_ms);
-        w.iter().map(|(k, (m, _))| (k.clone(), m.clone())).collect()
+        w.retain(|_, (_, seen, _)| seen.saturating_add(WORKER_QUIET_MS) > now_ms);
+        w.iter()
+            .map(|(k, (m, _, _))| (k.clone(), m.clone()))
+            .collect()
     }
 
     /// Prometheus text exposition.
@@ -235,6 +389,42 @@ impl Metrics {
             self.latency_sum_us.load(Ordering::Relaxed) as f64 / 1e6
         );
         let _ = writeln!(out, "ternflow_embed_latency_seconds_count {count}");
+        let _ = writeln!(
+            out,
+            "# HELP ternflow_jobs_acked_by_source_total Jobs finished, by where their vector came from."
+        );
+        let _ = writeln!(out, "# TYPE ternflow_jobs_acked_by_source_total counter");
+        for (s, v) in SOURCES.iter().zip(self.acked_by_source()) {
+            let name = serde_json::to_value(s)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "ternflow_jobs_acked_by_source_total{{source=\"{name}\"}} {v}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP ternflow_job_latency_seconds Claim to ack, for jobs this server leased and acked."
+        );
+        let _ = writeln!(out, "# TYPE ternflow_job_latency_seconds histogram");
+        let counts = self.job_latency_counts();
+        let mut cum = 0;
+        for (le, c) in JOB_LATENCY_BUCKETS_MS.iter().zip(&counts) {
+            cum += c;
+            let _ = writeln!(
+                out,
+                "ternflow_job_latency_seconds_bucket{{le=\"{}\"}} {cum}",
+                le / 1_000.0
+            );
+        }
+        let total: u64 = counts.iter().sum();
+        let _ = writeln!(
+            out,
+            "ternflow_job_latency_seconds_bucket{{le=\"+Inf\"}} {total}"
+        );
+        let _ = writeln!(out, "ternflow_job_latency_seconds_count {total}");
         let workers = self.workers(now_ms);
         if !workers.is_empty() {
             let _ = writeln!(
@@ -347,6 +537,46 @@ mod tests {
         m.push_worker(snap("late".into()), 10 * WORKER_QUIET_MS);
         let w = m.workers(10 * WORKER_QUIET_MS);
         assert_eq!(w.keys().collect::<Vec<_>>(), ["late"]);
+    }
+
+    #[test]
+    fn job_latency_and_sources() {
+        let m = Metrics::default();
+        m.jobs_claimed(["a", "b", "c"], 1_000);
+        m.job_acked("a", ResultSource::Engine, 1_004);
+        m.job_acked("b", ResultSource::Local, 1_400);
+        // Acked here but leased elsewhere: counted by source, no latency.
+        m.job_acked("x", ResultSource::Remote, 1_400);
+        assert_eq!(m.acked_by_source(), [1, 0, 1, 1]);
+        let counts = m.job_latency_counts();
+        assert_eq!(counts.iter().sum::<u64>(), 2);
+        assert_eq!(counts[0], 1, "4 ms is in the first bucket (≤ 5 ms)");
+        assert_eq!(counts[7], 1, "400 ms is in the ≤ 500 ms bucket");
+        let text = m.render(QueueDepth::default(), 0, 2_000);
+        assert!(text.contains("ternflow_jobs_acked_by_source_total{source=\"local\"} 1\n"));
+        assert!(text.contains("ternflow_job_latency_seconds_bucket{le=\"0.5\"} 2\n"));
+    }
+
+    #[test]
+    fn quantiles_interpolate_inside_a_bucket() {
+        let bounds = [10.0, 20.0, 40.0];
+        assert_eq!(quantile(&bounds, &[0, 0, 0, 0], 0.5), None);
+        // 10 observations in (10, 20]: the median is halfway through that bucket.
+        assert_eq!(quantile(&bounds, &[0, 10, 0, 0], 0.5), Some(15.0));
+        let p99 = quantile(&bounds, &[5, 5, 0, 0], 0.99).unwrap();
+        assert!((p99 - 19.8).abs() < 1e-9, "{p99}");
+        // The overflow bucket answers the last bound.
+        assert_eq!(quantile(&bounds, &[0, 0, 0, 3], 0.5), Some(40.0));
+    }
+
+    #[test]
+    fn runtimes_from_user_agents() {
+        let ua = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) \
+                  HeadlessChrome/156.0.7000.0 Safari/537.36";
+        assert_eq!(runtime_of(ua), "HeadlessChrome 156");
+        assert_eq!(runtime_of("node"), "Node");
+        assert_eq!(runtime_of(""), "native");
+        assert_eq!(runtime_of("reqwest/0.12"), "native");
     }
 
     #[test]

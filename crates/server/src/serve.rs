@@ -35,6 +35,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     state.start_sweeper();
+    state.start_sampler();
     let cfg = state.config.clone();
     let router = crate::app(state.clone());
     let mut http = hyper::server::conn::http1::Builder::new();

@@ -12,6 +12,7 @@ use crate::embed::{Batcher, Embedder};
 use crate::jwt::Keys;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
+use crate::series::Series;
 use crate::sse::Hub;
 use crate::store::Store;
 use crate::tenants::{StoreFactory, Tenant, Tenants, DEFAULT_TENANT};
@@ -45,6 +46,8 @@ pub struct AppState {
     pub(crate) limits: Arc<Limits>,
     pub(crate) hub: Arc<Hub>,
     pub(crate) metrics: Arc<Metrics>,
+    /// The dashboard's history of stats samples and alerts (the default tenant's).
+    pub(crate) series: Arc<Series>,
     pub(crate) embed: Option<Batcher>,
     pub(crate) default_model_id: Arc<str>,
     /// The model file served at `GET /v1/model`.
@@ -90,6 +93,7 @@ impl AppState {
             tenant: Arc::from(DEFAULT_TENANT),
             hub,
             metrics: Arc::new(Metrics::default()),
+            series: Arc::new(Series::new(cfg_limits.stats_samples)),
             embed: None,
             default_model_id: Arc::from(""),
             model_file: None,
@@ -121,6 +125,35 @@ impl AppState {
                 }
             }
         });
+    }
+
+    /// Every [`Config::stats_sample_ms`], takes a sample for the dashboard's history
+    /// ([`AppState::record_sample`]), until shutdown.
+    pub(crate) fn start_sampler(&self) {
+        let state = self.clone();
+        let every = std::time::Duration::from_millis(self.config.stats_sample_ms.max(10));
+        let mut stop = self.shutdown.subscribe();
+        tokio::spawn(async move {
+            loop {
+                state.record_sample().await;
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+        });
+    }
+
+    /// Takes one sample of the default tenant's queue and this server's metrics into the
+    /// dashboard's history (the sampler's step; tests call it with a fake clock). A store that
+    /// cannot answer leaves a gap.
+    pub async fn record_sample(&self) {
+        let now = self.now();
+        let locks = self.locks_held();
+        match self.store.depth(now).await {
+            Ok(depth) => self.series.record(now, depth, &self.metrics, locks),
+            Err(e) => tracing::warn!(error = %e, "stats sample: queue depth"),
+        }
     }
 
     /// Accepts tokens signed with `keys` (short-lived, per tenant; see [`crate::jwt`]).

@@ -164,6 +164,7 @@ pub(crate) async fn claim(
         }
         if !claimed.jobs.is_empty() || tokio::time::Instant::now() >= deadline {
             m.add(|c| &c.jobs_claimed, claimed.jobs.len() as u64);
+            m.jobs_claimed(claimed.jobs.iter().map(|j| j.id.as_str()), now);
             let mut jobs = claimed.jobs;
             for j in &mut jobs {
                 // One rule for jobs enqueued without a model: they are embedded with the
@@ -270,10 +271,12 @@ pub(crate) async fn ack(
     check_ack(&id, &req)?;
     let now = state.now();
     let write = req.cache.map(|c| (c, req.result.clone()));
+    let source = req.result.source;
     match state.store.ack(&id, &req.token, req.result, now).await? {
         AckOutcome::Done { fence, text_hash } => {
             state.metrics.add(|c| &c.jobs_acked, 1);
             state.metrics.record_acks(now, 1);
+            state.metrics.job_acked(&id, source, now);
             tracing::info!(job = %id, "acked");
             if let Some((c, result)) = write {
                 write_through(&state, &id, &c.key, result, fence, &text_hash, c.ttl_ms).await;
@@ -352,6 +355,9 @@ pub(crate) async fn ack_batch(
         let outcome = match outcome {
             AckOutcome::Done { fence, text_hash } => {
                 done += 1;
+                state
+                    .metrics
+                    .job_acked(&item.id, item.ack.result.source, now);
                 done_ids.push(item.id.clone());
                 if let Some(c) = item.ack.cache {
                     let (state, id, result) = (&state, item.id.clone(), item.ack.result);

@@ -41,7 +41,11 @@ pub(crate) async fn stats(Ctx(state): Ctx) -> Result<Json<Stats>> {
     }))
 }
 
-pub(crate) async fn push(Ctx(state): Ctx, Json(snap): Json<WorkerMetrics>) -> Result<StatusCode> {
+pub(crate) async fn push(
+    Ctx(state): Ctx,
+    headers: axum::http::HeaderMap,
+    Json(snap): Json<WorkerMetrics>,
+) -> Result<StatusCode> {
     if snap.worker.is_empty() {
         return Err(Error::bad_request("bad_worker", "worker is required"));
     }
@@ -53,6 +57,10 @@ pub(crate) async fn push(Ctx(state): Ctx, Json(snap): Json<WorkerMetrics>) -> Re
     if &*state.tenant != crate::tenants::DEFAULT_TENANT {
         snap.worker = format!("{}/{}", state.tenant, snap.worker);
     }
-    state.metrics.push_worker(snap, state.now());
+    let ua = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    state.metrics.push_worker_from(snap, ua, state.now());
     Ok(StatusCode::NO_CONTENT)
 }

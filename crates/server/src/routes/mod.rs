@@ -16,6 +16,7 @@ use crate::error::Error;
 use crate::state::AppState;
 
 pub(crate) mod cache;
+pub(crate) mod dashboard;
 pub(crate) mod dlq;
 pub(crate) mod embed;
 pub(crate) mod events;
@@ -150,6 +151,8 @@ pub fn router(state: AppState) -> Router {
             .route("/v1/dlq", get(dlq::list))
             .route("/v1/dlq/{id}/redrive", post(dlq::redrive))
             .route("/v1/stats", get(metrics::stats))
+            .route("/v1/dashboard", get(dashboard::data))
+            .route("/v1/search", post(dashboard::search))
             .route("/metrics", get(metrics::prometheus)),
     );
     let public = Router::new()
@@ -158,7 +161,10 @@ pub fn router(state: AppState) -> Router {
             get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
         )
         .route("/healthz", get(|| async { "ok" }))
-        .route("/v1/model", get(model::get));
+        .route("/v1/model", get(model::get))
+        .route("/dashboard", get(dashboard::page))
+        .route("/dashboard/", get(dashboard::slash))
+        .route("/dashboard/{file}", get(dashboard::asset));
     let cfg = state.config.clone();
     Router::new()
         .merge(producer)

@@ -72,9 +72,53 @@ where
     history_is_capped(make().await).await;
     ack_many_answers_each(make().await).await;
     heartbeat_many_answers_each(make().await).await;
+    scan_done_reads_every_finished_job(make().await).await;
     locks(make().await).await;
     events_are_numbered_in_order(make().await).await;
     concurrent_events_arrive_in_id_order(std::sync::Arc::new(make().await)).await;
+}
+
+async fn scan_done_reads_every_finished_job<S: Store>(s: S) {
+    let jobs: Vec<JobRecord> = (0..25).map(|i| job(&format!("s{i:02}"), 0, T0)).collect();
+    s.enqueue(jobs, T0).await.unwrap();
+    let claimed = s.claim("w", 25, 10_000, 5, T0).await.unwrap().jobs;
+    assert_eq!(claimed.len(), 25);
+    let mut done = std::collections::BTreeSet::new();
+    for (i, j) in claimed.iter().enumerate() {
+        match i % 5 {
+            // Left leased: not finished.
+            0 => {}
+            // Dead-lettered: not done either.
+            1 => {
+                s.nack(&j.id, &j.lease.token, err(false), T0, 5, T0)
+                    .await
+                    .unwrap();
+            }
+            _ => {
+                let r = s.ack(&j.id, &j.lease.token, result(), T0 + i as u64).await;
+                assert!(matches!(r.unwrap(), AckOutcome::Done { .. }));
+                done.insert(j.id.clone());
+            }
+        }
+    }
+    // Pages of 4 until the cursor runs out; every done job exactly as acked, nothing else.
+    let (mut cursor, mut seen, mut pages) = (String::new(), std::collections::BTreeSet::new(), 0);
+    loop {
+        let page = s.scan_done(&cursor, 4).await.unwrap();
+        pages += 1;
+        assert!(pages < 1_000, "the scan ends");
+        for d in page.jobs {
+            assert_eq!(d.text, format!("text of {}", d.id), "the job's own text");
+            assert_eq!(d.result, result(), "the acked result");
+            seen.insert(d.id);
+        }
+        match page.next {
+            Some(n) => cursor = n,
+            None => break,
+        }
+    }
+    assert_eq!(seen, done, "a scan reads every done job and only those");
+    assert!(pages > 1, "more than one page of 4");
 }
 
 async fn enqueue_dedups<S: Store>(s: S) {

@@ -657,3 +657,40 @@ impl EventBus for MemoryStore {
         self.events.subscribe()
     }
 }
+
+#[async_trait]
+impl super::ResultScan for MemoryStore {
+    async fn scan_done(&self, cursor: &str, limit: usize) -> Result<super::DonePage> {
+        // The cursor is the last (done_at, id) returned: the `done` index's order.
+        let after = cursor
+            .split_once(':')
+            .and_then(|(t, id)| Some((t.parse::<u64>().ok()?, id.to_owned())));
+        let g = self.lock();
+        let range: Box<dyn Iterator<Item = &(u64, String)>> = match &after {
+            Some(a) => Box::new(g.done.range((
+                std::ops::Bound::Excluded(a.clone()),
+                std::ops::Bound::Unbounded,
+            ))),
+            None => Box::new(g.done.iter()),
+        };
+        let (mut jobs, mut last, mut seen) = (Vec::new(), None, 0);
+        for (at, id) in range.take(limit.max(1)) {
+            seen += 1;
+            last = Some(format!("{at}:{id}"));
+            if let Some(Job {
+                text,
+                state: St::Done { result, .. },
+                ..
+            }) = g.jobs.get(id)
+            {
+                jobs.push(super::DoneJob {
+                    id: id.clone(),
+                    text: text.clone(),
+                    result: result.clone(),
+                });
+            }
+        }
+        let next = if seen < limit.max(1) { None } else { last };
+        Ok(super::DonePage { jobs, next })
+    }
+}

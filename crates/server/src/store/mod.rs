@@ -273,10 +273,39 @@ pub trait EventBus: Send + Sync + std::fmt::Debug + 'static {
     fn subscribe(&self) -> broadcast::Receiver<NumberedEvent>;
 }
 
-/// Everything the server keeps. All methods are atomic with respect to each other.
-pub trait Store: QueueStore + CacheStore + LockStore + EventBus {}
+/// A finished job as [`ResultScan`] reads it back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DoneJob {
+    /// Job id.
+    pub id: String,
+    /// The text that was embedded.
+    pub text: String,
+    /// Its result.
+    pub result: JobResult,
+}
 
-impl<T: QueueStore + CacheStore + LockStore + EventBus> Store for T {}
+/// One page of [`ResultScan::scan_done`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DonePage {
+    /// Done jobs of this page.
+    pub jobs: Vec<DoneJob>,
+    /// The cursor of the next page; `None` when the scan is complete.
+    pub next: Option<String>,
+}
+
+/// Finished jobs read back in pages: the dashboard's semantic search scores their vectors.
+#[async_trait]
+pub trait ResultScan: Send + Sync + std::fmt::Debug + 'static {
+    /// About `limit` done jobs after `cursor` (`""` starts a scan). A complete scan sees every
+    /// job that was done when it started and stayed done; the Redis store may return a job
+    /// twice (its `SCAN`), so callers dedupe by id.
+    async fn scan_done(&self, cursor: &str, limit: usize) -> Result<DonePage>;
+}
+
+/// Everything the server keeps. All methods are atomic with respect to each other.
+pub trait Store: QueueStore + CacheStore + LockStore + EventBus + ResultScan {}
+
+impl<T: QueueStore + CacheStore + LockStore + EventBus + ResultScan> Store for T {}
 
 /// Attempts kept in a job's history (the oldest are dropped).
 pub const MAX_HISTORY: usize = 10;

@@ -52,6 +52,8 @@ use super::{
 };
 use crate::error::{Error, Result};
 
+mod scan;
+
 /// Redis keeps a cache entry or lock this long past its logical expiry before deleting it.
 const GC_SLACK_MS: u64 = 60_000;
 

@@ -42,6 +42,7 @@ use super::{
 use crate::error::{Error, Result};
 use crate::store::local_events::LocalEvents;
 
+mod scan;
 mod writer;
 
 use writer::{Counters, Op, ReadOp, Reply};

@@ -1,0 +1,150 @@
+// What the demo and chaos drivers share: a static file server for the page that runs the Web
+// Workers (pkg/ and www/ of this checkout), Debian's Chromium through playwright-core (never a
+// downloaded browser), the server's HTTP API, an SSE reader and the figures' arithmetic.
+import { createServer } from "node:http";
+import { readFileSync, existsSync } from "node:fs";
+import { resolve, extname, normalize } from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+
+export const root = resolve(fileURLToPath(new URL(".", import.meta.url)), "..");
+
+const TYPES = { ".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm",
+  ".bin": "application/octet-stream", ".txt": "text/plain", ".html": "text/html", ".css": "text/css" };
+
+/** Serves `pages` (path → HTML) and the files under pkg/ and www/ on 127.0.0.1; returns its URL. */
+export async function serveStatic(pages) {
+  const http = createServer((req, res) => {
+    const path = new URL(req.url, "http://x").pathname;
+    if (pages[path]) { res.writeHead(200, { "Content-Type": "text/html" }).end(pages[path]); return; }
+    const rel = normalize(decodeURIComponent(path)).replace(/^\/+/, "");
+    const file = resolve(root, rel);
+    if (!(rel.startsWith("pkg/") || rel.startsWith("www/")) || !existsSync(file)) { res.writeHead(404).end(); return; }
+    res.writeHead(200, { "Content-Type": TYPES[extname(file)] ?? "application/octet-stream" }).end(readFileSync(file));
+  });
+  await new Promise((r) => http.listen(0, "127.0.0.1", r));
+  return { url: `http://127.0.0.1:${http.address().port}`, close: () => http.close() };
+}
+
+/** Headless Chromium (Debian's /usr/bin/chromium). */
+export function launchChromium() {
+  return chromium.launch({
+    executablePath: "/usr/bin/chromium",
+    args: ["--no-sandbox", "--headless=new", "--disable-gpu", "--disable-background-networking",
+      "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run",
+      "--disable-background-timer-throttling", "--disable-renderer-backgrounding"],
+  });
+}
+
+/** A client of one `ternflow serve`. */
+export function client(base, token) {
+  const call = async (method, path, body) => {
+    const r = await fetch(base + path, {
+      method,
+      headers: { authorization: "Bearer " + token, ...(body ? { "content-type": "application/json" } : {}) },
+      body: body ? JSON.stringify(body) : undefined,
+    });
+    const text = await r.text();
+    if (!r.ok) throw new Error(`${method} ${base}${path}: ${r.status} ${text}`);
+    return text && (r.headers.get("content-type") ?? "").includes("json") ? JSON.parse(text) : text;
+  };
+  return {
+    base,
+    get: (p) => call("GET", p),
+    post: (p, b) => call("POST", p, b ?? {}),
+    del: (p) => call("DELETE", p),
+    /** Statuses of `ids` (1 000 per request), in order; without the vectors unless `vectors`. */
+    async statuses(ids, { vectors = false } = {}) {
+      const out = [];
+      for (let i = 0; i < ids.length; i += 1000) {
+        const r = await call("POST", "/v1/jobs/status", { ids: ids.slice(i, i + 1000), vectors });
+        out.push(...r.jobs);
+      }
+      return out;
+    },
+    /** The cumulative claim → ack histogram from `/metrics`: [[le_ms, cumulative count], …]. */
+    async jobLatency() {
+      const text = await call("GET", "/metrics");
+      return [...text.matchAll(/^ternflow_job_latency_seconds_bucket\{le="([^"]+)"\} (\d+)$/gm)]
+        .map(([, le, n]) => [le === "+Inf" ? Infinity : 1000 * Number(le), Number(n)]);
+    },
+  };
+}
+
+/** Opens `GET /v1/events` on `base`; `next(pred, ms)` resolves with the first event matching. */
+export async function sse(base, token) {
+  const ctl = new AbortController();
+  const r = await fetch(base + "/v1/events", { headers: { authorization: "Bearer " + token }, signal: ctl.signal });
+  if (!r.ok) throw new Error(`SSE ${base}: ${r.status}`);
+  const reader = r.body.getReader();
+  const dec = new TextDecoder();
+  let buf = "";
+  const queue = [];
+  let waiting = null;
+  (async () => {
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        buf += dec.decode(value, { stream: true });
+        let i;
+        while ((i = buf.indexOf("\n\n")) >= 0) {
+          const frame = buf.slice(0, i);
+          buf = buf.slice(i + 2);
+          const ev = { id: null, event: "message", data: null, at: performance.now() };
+          let any = false;
+          for (const line of frame.split("\n")) {
+            if (line.startsWith("id:")) ev.id = Number(line.slice(3).trim());
+            else if (line.startsWith("event:")) { ev.event = line.slice(6).trim(); any = true; }
+            else if (line.startsWith("data:")) { ev.data = JSON.parse(line.slice(5).trim()); any = true; }
+          }
+          if (!any) continue;
+          queue.push(ev);
+          if (waiting) waiting();
+        }
+      }
+    } catch { /* aborted */ }
+  })();
+  return {
+    async next(pred, ms = 10000) {
+      const deadline = performance.now() + ms;
+      for (;;) {
+        const i = queue.findIndex(pred);
+        if (i >= 0) return queue.splice(i, 1)[0];
+        const left = deadline - performance.now();
+        if (left <= 0) throw new Error("no matching SSE event within " + ms + " ms");
+        await new Promise((res) => { waiting = res; setTimeout(res, Math.min(left, 200)); });
+        waiting = null;
+      }
+    },
+    clear() { queue.length = 0; },
+    close() { ctl.abort(); },
+  };
+}
+
+/** `q` quantile of the claim → ack latency between two cumulative histograms (each summed over servers). */
+export function latencyQuantile(before, after, q) {
+  const per = after.map(([le, n], i) => [le, n - (before[i]?.[1] ?? 0)]);
+  const counts = per.map(([, n], i) => (i === 0 ? n : n - per[i - 1][1]));
+  const total = per.length ? per[per.length - 1][1] : 0;
+  if (total <= 0) return null;
+  const rank = q * total;
+  let seen = 0;
+  for (let i = 0; i < counts.length; i++) {
+    if (counts[i] > 0 && seen + counts[i] >= rank) {
+      const lo = i === 0 ? 0 : per[i - 1][0];
+      const hi = per[i][0];
+      if (!Number.isFinite(hi)) return lo;
+      return lo + (hi - lo) * Math.min(1, Math.max(0, (rank - seen) / counts[i]));
+    }
+    seen += counts[i];
+  }
+  return per[per.length - 2]?.[0] ?? null;
+}
+
+/** Element-wise sum of cumulative histograms from several servers. */
+export function sumHistograms(hs) {
+  return hs[0].map(([le], i) => [le, hs.reduce((s, h) => s + (h[i]?.[1] ?? 0), 0)]);
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
