@@ -27,6 +27,8 @@
 pub use ternflow_core as core;
 pub use ternflow_engine as engine;
 
+#[cfg(target_arch = "wasm32")]
+pub mod browser;
 pub mod byte_lru;
 #[cfg(target_arch = "wasm32")]
 pub mod cancel;

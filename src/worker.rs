@@ -1,5 +1,6 @@
 //! The Web Worker entry: typed page ⇄ worker messages ([`ToWorker`] / [`FromWorker`]) over the
-//! pipeline built from the browser adapters.
+//! pipeline built from the browser adapters ([`crate::browser`]); the worker's state (engine,
+//! pipeline, running queue loop, pending token requests) lives here.
 //!
 //! `www/worker.js` only forwards: `onmessage = e => handle(e.data).then(r => postMessage(r))`.
 //! Metric snapshots are pushed to the page (`postMessage`) and to the server (`POST /v1/metrics`)
@@ -12,39 +13,25 @@ use futures_channel::oneshot;
 use serde::Serialize;
 use ternflow_core::messages::{Embedding, FromWorker, ServerOptions, Summary, ToWorker};
 use ternflow_core::ports::Clock;
-use ternflow_core::{Adapters, Config, Pipeline, Ports};
+use ternflow_core::{Config, Pipeline};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
+pub use crate::browser::Browser;
 use crate::cancel;
 use crate::clock::BrowserClock;
 use crate::engine_port::{load_model_from, FetchOptions, LocalEngine};
 use crate::error::WorkerError;
-use crate::http::HttpClient;
-use crate::local::AnyLocal;
 use crate::settings::{parse_config, AdapterConfig};
 use crate::sse::SseWakeups;
-
-/// The browser's adapter types.
-#[derive(Debug)]
-pub struct Browser;
-
-impl Ports for Browser {
-    type Source = HttpClient;
-    type Local = AnyLocal;
-    type Remote = HttpClient;
-    type Locks = HttpClient;
-    type Engine = LocalEngine;
-    type Backend = HttpClient;
-    type Clock = BrowserClock;
-}
 
 /// How often metrics are pushed while the queue loop runs.
 const METRICS_INTERVAL_MS: u64 = 2_000;
 const DEFAULT_DB: &str = "ternflow";
 const DEFAULT_MAX_LOCAL: u32 = 50_000;
 
-/// Builds a pipeline over the browser adapters (IndexedDB where there is one, else memory).
+/// Builds a pipeline over the browser adapters with this worker's adapter settings (the memory
+/// cache bound) and, for a renewable token, the page as its token source.
 ///
 /// # Errors
 /// When IndexedDB exists but cannot be opened.
@@ -71,42 +58,17 @@ pub async fn browser_pipeline_bounded(
     max_local_entries: u32,
     max_bytes: usize,
 ) -> Result<Pipeline<Browser>, WorkerError> {
-    let mut cfg = cfg;
-    if cfg.seed == 0 {
-        // Entropy from the platform: workers started in the same millisecond (several tabs, or
-        // a fleet of isolates) must not share jitter or trace ids.
-        cfg.seed =
-            (js_sys::Math::random() * 9_007_199_254_740_992.0) as u64 ^ BrowserClock.now_ms();
-    }
-    if cfg.worker_id.is_empty() {
-        // Each worker its own name, so snapshots and attempt histories tell workers apart.
-        cfg.worker_id = format!(
-            "w-{:08x}",
-            (js_sys::Math::random() * 4_294_967_296.0) as u64
-        );
-    }
-    let client = HttpClient::new(
-        server.map(|s| s.url.as_str()),
-        server.map_or("", |s| s.token.as_str()),
-        &cfg.worker_id,
-    );
-    client.set_claim_model(ternflow_core::ports::Embedder::model_id(&engine));
-    if server.is_some_and(|s| s.renewable) {
-        client.set_token_source(page_token_source());
-    }
-    let local = AnyLocal::open(db_name, max_local_entries, max_bytes).await?;
-    Ok(Pipeline::new(
-        Adapters {
-            source: client.clone(),
-            local,
-            remote: client.clone(),
-            locks: client.clone(),
-            engine,
-            backend: client,
-            clock: BrowserClock,
-        },
+    let tokens = server.is_some_and(|s| s.renewable).then(page_token_source);
+    crate::browser::pipeline(
+        server,
+        engine,
         cfg,
-    ))
+        db_name,
+        max_local_entries,
+        max_bytes,
+        tokens,
+    )
+    .await
 }
 
 struct Running {
