@@ -140,7 +140,7 @@ fn page_token_source() -> crate::http::TokenSource {
 /// gets it.
 fn apply_token(token: &str) {
     if let Some(p) = STATE.with(|s| s.borrow().pipeline.clone()) {
-        p.source.set_token(token);
+        p.adapters.source.set_token(token);
     }
     for w in TOKEN_WAITERS.with(|w| std::mem::take(&mut *w.borrow_mut())) {
         let _ = w.send(token.to_owned());
@@ -384,7 +384,7 @@ async fn dispatch(msg: ToWorker, progress: bool) -> Result<FromWorker, WorkerErr
                 adapter.memory_cache_bytes,
             )
             .await?;
-            p.source.set_timeout_ms(adapter.request_timeout_ms);
+            p.adapters.source.set_timeout_ms(adapter.request_timeout_ms);
             STATE.with(|s| {
                 let mut s = s.borrow_mut();
                 s.adapter = adapter;
@@ -458,11 +458,11 @@ async fn start(concurrency: Option<u32>) -> Result<(), WorkerError> {
         };
         p = rebuild(&p, cfg).await?;
     }
-    let Some(base) = p.source.base() else {
+    let Some(base) = p.adapters.source.base() else {
         return Err(WorkerError::BadMessage("queue mode needs a server".into()));
     };
     let inval = Rc::downgrade(&p);
-    let client = p.source.clone();
+    let client = p.adapters.source.clone();
     let token: Rc<dyn Fn() -> String> = Rc::new(move || client.token());
     let wake = Rc::new(SseWakeups::open(&base, token, move |keys| {
         if let Some(p) = inval.upgrade() {
@@ -495,7 +495,7 @@ async fn push_metrics(p: &Pipeline<Browser>) {
     post_to_page(&FromWorker::Metrics {
         metrics: snap.clone(),
     });
-    let _ = p.source.push_metrics(&snap).await;
+    let _ = p.adapters.source.push_metrics(&snap).await;
 }
 
 async fn stop(deadline_ms: u64) -> Result<Summary, WorkerError> {
@@ -514,15 +514,16 @@ async fn stop(deadline_ms: u64) -> Result<Summary, WorkerError> {
 
 /// A new pipeline on `p`'s server, engine and database with settings `cfg`, made current.
 async fn rebuild(p: &Pipeline<Browser>, cfg: Config) -> Result<Rc<Pipeline<Browser>>, WorkerError> {
-    let server = p.source.base().map(|url| ServerOptions {
+    let server = p.adapters.source.base().map(|url| ServerOptions {
         url,
-        token: p.source.token(),
-        renewable: p.source.is_renewable(),
+        token: p.adapters.source.token(),
+        renewable: p.adapters.source.is_renewable(),
     });
     let engine = STATE.with(|s| s.borrow().engine.clone());
     let (db, max_local) = db_settings();
     let fresh = Rc::new(browser_pipeline(server.as_ref(), engine, cfg, &db, max_local).await?);
     fresh
+        .adapters
         .source
         .set_timeout_ms(STATE.with(|s| s.borrow().adapter.request_timeout_ms));
     STATE.with(|s| s.borrow_mut().pipeline = Some(fresh.clone()));

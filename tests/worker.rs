@@ -279,10 +279,10 @@ async fn server_unreachable_for_a_while_then_back_loses_nothing() {
     )
     .await;
     let job = claim_one(&p, &ids[0]).await;
-    p.source.set_base(Some(DEAD)); // the network goes away mid-job
+    p.adapters.source.set_base(Some(DEAD)); // the network goes away mid-job
     let healer = async {
         sleep(800).await;
-        p.source.set_base(Some(&server().url));
+        p.adapters.source.set_base(Some(&server().url));
     };
     let (outcome, ()) = join(p.run_job(&job), healer).await;
     assert!(matches!(outcome, JobOutcome::Done(_)), "{outcome:?}");
@@ -292,7 +292,7 @@ async fn server_unreachable_for_a_while_then_back_loses_nothing() {
 
 async fn claim_one(p: &Pipeline<Browser>, id: &str) -> ClaimedJob {
     for _ in 0..50 {
-        let jobs = p.source.claim(10, 500).await.unwrap();
+        let jobs = p.adapters.source.claim(10, 500).await.unwrap();
         let mut mine = None;
         for j in jobs {
             if j.id == id {
@@ -307,7 +307,7 @@ async fn claim_one(p: &Pipeline<Browser>, id: &str) -> ClaimedJob {
                         retryable: true,
                     },
                 };
-                let _ = p.source.nack(&j.id, &n, "").await;
+                let _ = p.adapters.source.nack(&j.id, &n, "").await;
             }
         }
         if let Some(j) = mine {
@@ -357,7 +357,10 @@ async fn engine_failure_falls_back_to_the_backend() {
         "same model natively on the server"
     );
     assert_eq!(p.metrics.counter(names::ENGINE_ERRORS), 1);
-    assert_eq!(p.backend.model_id().as_deref(), e.model_id().as_deref());
+    assert_eq!(
+        p.adapters.backend.model_id().as_deref(),
+        e.model_id().as_deref()
+    );
 }
 
 #[wasm_bindgen_test]
@@ -370,7 +373,7 @@ async fn backend_breaker_opens_and_half_opens() {
     };
     let p = pipeline_with(&uniq("breaker"), cfg, e.clone(), 100).await;
     e.set_failing(true);
-    p.source.set_base(Some(DEAD));
+    p.adapters.source.set_base(Some(DEAD));
     for i in 0..2 {
         let err = p
             .resolve(&uniq(&format!("b{i}")), None, "")
@@ -389,7 +392,7 @@ async fn backend_breaker_opens_and_half_opens() {
     );
     sleep(450).await;
     assert_eq!(p.breakers().1, BreakerState::HalfOpen);
-    p.source.set_base(Some(&server().url));
+    p.adapters.source.set_base(Some(&server().url));
     let r = p.resolve(&uniq("b3"), None, "").await.unwrap();
     assert_eq!(r.source, ResultSource::Backend);
     assert_eq!(p.breakers().1, BreakerState::Closed);
@@ -463,7 +466,7 @@ async fn local_cache_evicts_at_its_size_bound() {
         p.resolve(t, None, "").await.unwrap();
         sleep(5).await;
     }
-    let idb = p.local.as_idb().expect("a worker has IndexedDB");
+    let idb = p.adapters.local.as_idb().expect("a worker has IndexedDB");
     assert_eq!(idb.count().await.unwrap(), 3);
     assert_eq!(idb.evicted(), 2);
     // The oldest went; reading it again comes from the remote cache.
@@ -671,16 +674,16 @@ async fn an_expiring_token_is_renewed_mid_queue_without_losing_or_repeating_a_jo
     .expect("pipeline");
     let renewals = Rc::new(std::cell::Cell::new(0u32));
     let (r, t) = (renewals.clone(), tenant.clone());
-    p.source.set_token_source(Rc::new(move || {
+    p.adapters.source.set_token_source(Rc::new(move || {
         r.set(r.get() + 1);
         let t = t.clone();
         Box::pin(async move { Some(mint("worker", &t, now_s() + 33)) })
     }));
-    let client = p.source.clone();
+    let client = p.adapters.source.clone();
     let token: Rc<dyn Fn() -> String> = Rc::new(move || client.token());
     let wake = ternflow::sse::SseWakeups::open(&server().url, token, |_| {});
     let worker_token = {
-        let c = p.source.clone();
+        let c = p.adapters.source.clone();
         move || c.token()
     };
     let all_done = |ids: Vec<String>, tok: String| async move {

@@ -98,7 +98,7 @@ impl<P: Ports> Pipeline<P> {
                         .cfg
                         .retry
                         .delay_ms(tries - 1, e.retry_after_ms(), &self.rng);
-                    self.clock.sleep(d).await;
+                    self.adapters.clock.sleep(d).await;
                 }
                 Err(e) => return self.give_back(job, &e, trace).await,
             }
@@ -154,7 +154,7 @@ impl<P: Ports> Pipeline<P> {
     /// on its own.
     async fn send_ack(&self, id: &str, ack: AckRequest, trace: &str) -> Result<()> {
         if !self.acks.is_driven() {
-            return self.source.ack(id, &ack, trace).await;
+            return self.adapters.source.ack(id, &ack, trace).await;
         }
         self.acks.push(id, ack).await.unwrap_or(Err(Error::Stopped))
     }
@@ -171,7 +171,7 @@ impl<P: Ports> Pipeline<P> {
                 .await
                 .unwrap_or(Err(Error::Stopped))
         } else {
-            self.source.nack(&job.id, &nack, trace).await
+            self.adapters.source.nack(&job.id, &nack, trace).await
         };
         match sent {
             Ok(NackResponse::Dead) => {
@@ -197,10 +197,14 @@ impl<P: Ports> Pipeline<P> {
     /// Keeps a held lock alive (the lease is the board's); never returns.
     async fn renew_lock(&self, trace: &str, held: &RefCell<Option<HeldLock>>) {
         loop {
-            self.clock.sleep((self.cfg.lock_ttl_ms / 3).max(20)).await;
+            self.adapters
+                .clock
+                .sleep((self.cfg.lock_ttl_ms / 3).max(20))
+                .await;
             let lock = held.borrow().clone();
             if let Some(h) = lock {
                 if let Ok(g) = self
+                    .adapters
                     .locks
                     .renew(&h.key, &h.grant.token, self.cfg.lock_ttl_ms, trace)
                     .await
@@ -217,13 +221,14 @@ impl<P: Ports> Pipeline<P> {
     async fn heartbeat(&self, job: &ClaimedJob, trace: &str, held: &RefCell<Option<HeldLock>>) {
         let mut expires_at = job.lease.expires_at;
         loop {
-            let now = self.clock.now_ms();
+            let now = self.adapters.clock.now_ms();
             let lease_left = expires_at.saturating_sub(now);
             let interval = (lease_left / 3)
                 .min(self.cfg.lock_ttl_ms / 3)
                 .clamp(20, 30_000);
-            self.clock.sleep(interval).await;
+            self.adapters.clock.sleep(interval).await;
             match self
+                .adapters
                 .source
                 .heartbeat(&job.id, &job.lease.token, trace)
                 .await
@@ -233,12 +238,13 @@ impl<P: Ports> Pipeline<P> {
                     expires_at = lease.expires_at;
                 }
                 Err(Error::LeaseLost(_)) => return,
-                Err(_) if self.clock.now_ms() >= expires_at => return,
+                Err(_) if self.adapters.clock.now_ms() >= expires_at => return,
                 Err(_) => {} // transient: try again while the lease may still be ours
             }
             let lock = held.borrow().clone();
             if let Some(h) = lock {
                 if let Ok(g) = self
+                    .adapters
                     .locks
                     .renew(&h.key, &h.grant.token, self.cfg.lock_ttl_ms, trace)
                     .await

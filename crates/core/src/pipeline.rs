@@ -89,20 +89,8 @@ pub(crate) struct HeldLock {
 /// metrics, stop signal).
 #[derive(Debug)]
 pub struct Pipeline<P: Ports> {
-    /// The queue.
-    pub source: P::Source,
-    /// First cache level.
-    pub local: P::Local,
-    /// Second cache level.
-    pub remote: P::Remote,
-    /// Lock service.
-    pub locks: P::Locks,
-    /// In-worker engine.
-    pub engine: P::Engine,
-    /// Backend fallback.
-    pub backend: P::Backend,
-    /// Time.
-    pub clock: P::Clock,
+    /// The adapters it runs on.
+    pub adapters: Adapters<P>,
     /// Settings.
     pub cfg: Config,
     /// Metrics registry.
@@ -117,8 +105,7 @@ pub struct Pipeline<P: Ports> {
     pub(crate) nacks: NackQueue,
 }
 
-/// The adapters a [`Pipeline`] is built from.
-#[derive(Debug)]
+/// The adapters a [`Pipeline`] is built from and runs on.
 pub struct Adapters<P: Ports> {
     /// The queue.
     pub source: P::Source,
@@ -136,6 +123,12 @@ pub struct Adapters<P: Ports> {
     pub clock: P::Clock,
 }
 
+impl<P: Ports> std::fmt::Debug for Adapters<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Adapters").finish_non_exhaustive()
+    }
+}
+
 impl<P: Ports> Pipeline<P> {
     /// A pipeline over `adapters` with settings `cfg`.
     pub fn new(adapters: Adapters<P>, cfg: Config) -> Self {
@@ -149,13 +142,7 @@ impl<P: Ports> Pipeline<P> {
             backend_breaker: Breaker::new(cfg.backend_breaker_failures, cfg.breaker_open_ms),
             backend_limiter: RateLimiter::new(cfg.backend_rate_per_s, cfg.backend_burst),
             rng: Rng::new(seed),
-            source: adapters.source,
-            local: adapters.local,
-            remote: adapters.remote,
-            locks: adapters.locks,
-            engine: adapters.engine,
-            backend: adapters.backend,
-            clock: adapters.clock,
+            adapters,
             cfg,
             metrics: Metrics::new(),
             stop: StopSignal::new(),
@@ -171,12 +158,15 @@ impl<P: Ports> Pipeline<P> {
 
     /// The model a text is embedded with when the caller names none: the engine's, if loaded.
     pub fn default_model(&self) -> Option<String> {
-        self.engine.model_id().or_else(|| self.backend.model_id())
+        self.adapters
+            .engine
+            .model_id()
+            .or_else(|| self.adapters.backend.model_id())
     }
 
     /// Breaker states (engine, backend) now.
     pub fn breakers(&self) -> (BreakerState, BreakerState) {
-        let now = self.clock.now_ms();
+        let now = self.adapters.clock.now_ms();
         (
             self.engine_breaker.state(now),
             self.backend_breaker.state(now),
@@ -333,7 +323,11 @@ impl<P: Ports> Pipeline<P> {
         // Still held only when embedding failed: release it so others need not wait for the TTL.
         let released = held.borrow_mut().take();
         if let Some(h) = released {
-            let _ = self.locks.release(&h.key, &h.grant.token, trace).await;
+            let _ = self
+                .adapters
+                .locks
+                .release(&h.key, &h.grant.token, trace)
+                .await;
         }
         result
     }
@@ -357,7 +351,11 @@ impl<P: Ports> Pipeline<P> {
         let release = async {
             if let Some(h) = released {
                 // Best effort: an unreleased lock expires by itself.
-                let _ = self.locks.release(&h.key, &h.grant.token, trace).await;
+                let _ = self
+                    .adapters
+                    .locks
+                    .release(&h.key, &h.grant.token, trace)
+                    .await;
             }
         };
         join(self.local_put(key, &vector), release).await;
@@ -386,7 +384,7 @@ impl<P: Ports> Pipeline<P> {
             fence,
             ttl_ms: Some(self.cfg.remote_ttl_ms),
         };
-        match self.remote.put(key, &put, trace).await {
+        match self.adapters.remote.put(key, &put, trace).await {
             Ok(PutOutcome::Stored) => {}
             Ok(PutOutcome::Conflict(newer)) => {
                 // A newer writer won: its value is the one every worker must agree on.
@@ -401,7 +399,12 @@ impl<P: Ports> Pipeline<P> {
     }
 
     async fn local_get(&self, key: &str) -> Option<Vec<f32>> {
-        match self.local.get(key, self.clock.now_ms()).await {
+        match self
+            .adapters
+            .local
+            .get(key, self.adapters.clock.now_ms())
+            .await
+        {
             Ok(Some(v)) => {
                 self.metrics.inc(names::LOCAL_HITS);
                 Some(v)
@@ -418,15 +421,15 @@ impl<P: Ports> Pipeline<P> {
     }
 
     async fn local_put(&self, key: &str, v: &[f32]) {
-        let now = self.clock.now_ms();
+        let now = self.adapters.clock.now_ms();
         let exp = now + jittered_ttl_ms(self.cfg.local_ttl_ms, self.cfg.ttl_jitter, &self.rng);
-        if self.local.put(key, v, exp, now).await.is_err() {
+        if self.adapters.local.put(key, v, exp, now).await.is_err() {
             self.metrics.inc(names::LOCAL_ERRORS);
         }
     }
 
     async fn remote_get(&self, key: &str, model: &str, trace: &str) -> Option<Vec<f32>> {
-        match self.remote.get(key, trace).await {
+        match self.adapters.remote.get(key, trace).await {
             Ok(e) => self.remote_entry(e, model),
             Err(_) => {
                 self.metrics.inc(names::REMOTE_ERRORS);
@@ -438,7 +441,7 @@ impl<P: Ports> Pipeline<P> {
     /// A remote entry as a hit (right model, not expired) or a miss.
     fn remote_entry(&self, e: Option<CacheEntry>, model: &str) -> Option<Vec<f32>> {
         match e {
-            Some(e) if e.model_id == model && e.expires_at > self.clock.now_ms() => {
+            Some(e) if e.model_id == model && e.expires_at > self.adapters.clock.now_ms() => {
                 self.metrics.inc(names::REMOTE_HITS);
                 Some(e.vector.0)
             }
@@ -454,7 +457,12 @@ impl<P: Ports> Pipeline<P> {
         let mut tries = 0;
         loop {
             tries += 1;
-            match self.locks.acquire(key, self.cfg.lock_ttl_ms, trace).await {
+            match self
+                .adapters
+                .locks
+                .acquire(key, self.cfg.lock_ttl_ms, trace)
+                .await
+            {
                 Ok(Some(g)) => {
                     self.metrics.inc(names::LOCKS_ACQUIRED);
                     return LockOutcome::Held(g);
@@ -470,7 +478,8 @@ impl<P: Ports> Pipeline<P> {
             if !policy.allows(tries) {
                 return LockOutcome::GaveUp;
             }
-            self.clock
+            self.adapters
+                .clock
                 .sleep(policy.delay_ms(tries - 1, None, &self.rng).max(1))
                 .await;
             if let Some(v) = self.remote_get(key, model, trace).await {
@@ -487,29 +496,29 @@ impl<P: Ports> Pipeline<P> {
         model: &str,
         trace: &str,
     ) -> Result<(Vec<f32>, ResultSource)> {
-        let now = self.clock.now_ms();
-        let engine_error = if self.engine.model_id().as_deref() != Some(model) {
-            Error::Engine(match self.engine.model_id() {
+        let now = self.adapters.clock.now_ms();
+        let engine_error = if self.adapters.engine.model_id().as_deref() != Some(model) {
+            Error::Engine(match self.adapters.engine.model_id() {
                 None => "engine not loaded".into(),
                 Some(m) => format!("engine runs model {m}, job wants {model}"),
             })
         } else if !self.engine_breaker.try_acquire(now) {
             Error::Engine("engine breaker open".into())
         } else {
-            let t0 = self.clock.now_ms();
-            match self.engine.embed(text, trace).await {
+            let t0 = self.adapters.clock.now_ms();
+            match self.adapters.engine.embed(text, trace).await {
                 Ok(v) => {
                     self.engine_breaker.success();
                     self.metrics.inc(names::ENGINE_EMBEDS);
                     self.metrics.observe_ms(
                         histograms::ENGINE_LATENCY,
-                        self.clock.now_ms().saturating_sub(t0) as f64,
+                        self.adapters.clock.now_ms().saturating_sub(t0) as f64,
                     );
                     self.update_breaker_gauges();
                     return Ok((v, ResultSource::Engine));
                 }
                 Err(e) => {
-                    self.engine_breaker.failure(self.clock.now_ms());
+                    self.engine_breaker.failure(self.adapters.clock.now_ms());
                     self.metrics.inc(names::ENGINE_ERRORS);
                     e
                 }
@@ -530,8 +539,8 @@ impl<P: Ports> Pipeline<P> {
     }
 
     async fn embed_backend(&self, text: &str, model: &str, trace: &str) -> Result<Vec<f32>> {
-        let now = self.clock.now_ms();
-        if let Some(m) = self.backend.model_id() {
+        let now = self.adapters.clock.now_ms();
+        if let Some(m) = self.adapters.backend.model_id() {
             if m != model {
                 return Err(Error::BadJob {
                     code: "model_mismatch",
@@ -552,10 +561,10 @@ impl<P: Ports> Pipeline<P> {
             )));
         }
         self.metrics.inc(names::BACKEND_CALLS);
-        match self.backend.embed(text, trace).await {
+        match self.adapters.backend.embed(text, trace).await {
             Ok(v) => {
                 self.backend_breaker.success();
-                if let Some(m) = self.backend.model_id() {
+                if let Some(m) = self.adapters.backend.model_id() {
                     if m != model {
                         return Err(Error::BadJob {
                             code: "model_mismatch",
@@ -567,7 +576,7 @@ impl<P: Ports> Pipeline<P> {
             }
             Err(e) => {
                 if e.is_retryable() {
-                    self.backend_breaker.failure(self.clock.now_ms());
+                    self.backend_breaker.failure(self.adapters.clock.now_ms());
                 } else {
                     self.backend_breaker.success();
                 }
@@ -587,7 +596,7 @@ impl<P: Ports> Pipeline<P> {
 
     /// Drops local entries named by an `invalidate` event.
     pub async fn invalidate(&self, keys: &[String]) {
-        match self.local.remove(keys).await {
+        match self.adapters.local.remove(keys).await {
             Ok(()) => self.metrics.add(names::INVALIDATIONS, keys.len() as u64),
             Err(_) => self.metrics.inc(names::LOCAL_ERRORS),
         }

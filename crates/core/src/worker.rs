@@ -120,7 +120,12 @@ impl<P: Ports> Pipeline<P> {
                 claim_pending = true;
                 want_claim = false;
                 tasks.push(Box::pin(async move {
-                    Event::Claimed(self.source.claim(free, self.cfg.claim_wait_ms).await)
+                    Event::Claimed(
+                        self.adapters
+                            .source
+                            .claim(free, self.cfg.claim_wait_ms)
+                            .await,
+                    )
                 }));
             }
             self.metrics.set_gauge(gauges::IN_FLIGHT, in_flight as f64);
@@ -161,7 +166,7 @@ impl<P: Ports> Pipeline<P> {
                         .max(50);
                     claim_failures = claim_failures.saturating_add(1);
                     tasks.push(Box::pin(async move {
-                        self.clock.sleep(d).await;
+                        self.adapters.clock.sleep(d).await;
                         Event::ClaimAgain
                     }));
                 }
@@ -183,7 +188,7 @@ impl<P: Ports> Pipeline<P> {
                     // or until every job in flight is waiting on one), then send them as one.
                     let all = in_flight;
                     tasks.push(Box::pin(async move {
-                        let linger = self.clock.sleep(self.cfg.ack_linger_ms);
+                        let linger = self.adapters.clock.sleep(self.cfg.ack_linger_ms);
                         let everyone = async {
                             match flow {
                                 Flow::Acks => self.acks.at_least(all).await,
@@ -232,9 +237,9 @@ impl<P: Ports> Pipeline<P> {
                 }
                 Event::Stop => {
                     let deadline = self.stop.deadline_ms().unwrap_or(0);
-                    let d = deadline.saturating_sub(self.clock.now_ms());
+                    let d = deadline.saturating_sub(self.adapters.clock.now_ms());
                     tasks.push(Box::pin(async move {
-                        self.clock.sleep(d).await;
+                        self.adapters.clock.sleep(d).await;
                         Event::Deadline
                     }));
                 }
@@ -289,7 +294,7 @@ impl<P: Ports> Pipeline<P> {
                 let items = batch.items();
                 if !items.is_empty() {
                     self.metrics.inc(names::ACK_BATCHES);
-                    batch.answer(self.source.ack_many(&items).await);
+                    batch.answer(self.adapters.source.ack_many(&items).await);
                 }
             }
             Flow::Nacks => {
@@ -297,7 +302,7 @@ impl<P: Ports> Pipeline<P> {
                 let items = batch.items();
                 if !items.is_empty() {
                     self.metrics.inc(names::NACK_BATCHES);
-                    batch.answer(self.source.nack_many(&items).await);
+                    batch.answer(self.adapters.source.nack_many(&items).await);
                 }
             }
         }
@@ -307,18 +312,18 @@ impl<P: Ports> Pipeline<P> {
     /// lease is held), then extends every held lease with one request.
     async fn beat_round(&self, board: &LeaseBoard) {
         let wait = loop {
-            match board.next_beat_in(self.clock.now_ms(), 30_000) {
+            match board.next_beat_in(self.adapters.clock.now_ms(), 30_000) {
                 Some(ms) => break ms,
                 None => board.any_held().await,
             }
         };
-        self.clock.sleep(wait).await;
+        self.adapters.clock.sleep(wait).await;
         let leases = board.snapshot();
         if leases.is_empty() {
             return;
         }
         self.metrics.inc(names::HEARTBEAT_BATCHES);
-        match self.source.heartbeat_many(&leases).await {
+        match self.adapters.source.heartbeat_many(&leases).await {
             Ok(results) if results.len() == leases.len() => {
                 for ((id, token), r) in leases.iter().zip(results) {
                     match r {
@@ -335,12 +340,12 @@ impl<P: Ports> Pipeline<P> {
             // be ours; those whose expiry passed are lost (the server re-delivers them).
             _ => {}
         }
-        board.lose_expired(self.clock.now_ms());
+        board.lose_expired(self.adapters.clock.now_ms());
     }
 
     /// Hands a lease back without using an attempt; the job is ready again at once.
     async fn hand_back(&self, id: &str, token: &str) {
-        if self.source.release(id, token, "").await.is_err() {
+        if self.adapters.source.release(id, token, "").await.is_err() {
             // Unreachable or already lost: the lease expires and the server re-delivers.
             self.metrics.inc(names::RELEASE_FAILURES);
         }
