@@ -219,11 +219,19 @@ impl SqliteStore {
 
 impl Drop for SqliteStore {
     fn drop(&mut self) {
-        // Closing the channel ends the thread after the operations already sent; joining it
-        // closes the connection (and checkpoints the WAL) before the store is gone.
-        self.ops.take();
+        // Closing a channel ends its thread after the operations already sent; joining it
+        // closes the connection (the writer's, last, checkpoints the WAL) before the store is
+        // gone. One connection at a time: two connections of one file closing at once on two
+        // threads deadlocked inside SQLite's unix VFS (seen once in the reopen test: one thread
+        // in unixClose, the other in sqlite3WalClose → unixLock, each waiting on the other's
+        // mutex).
         self.reads.take();
-        for t in self.threads.drain(..) {
+        let mut threads = self.threads.drain(..).collect::<Vec<_>>();
+        if let Some(reader) = threads.pop() {
+            let _ = reader.join();
+        }
+        self.ops.take();
+        for t in threads {
             let _ = t.join();
         }
     }
