@@ -18,8 +18,9 @@ use ternflow_core::ports::{Embedder, JobSource, Locks, PutOutcome, RemoteCache};
 use ternflow_core::protocol::{
     AckBatchRequest, AckBatchResponse, AckItem, AckItemOutcome, AckRequest, CacheEntry, CachePut,
     ClaimRequest, ClaimResponse, ClaimedJob, EmbedRequest, EmbedResponse, ErrorBody,
-    HeartbeatRequest, HeartbeatResponse, Lease, LockGrant, LockRequest, LockToken, NackRequest,
-    NackResponse, ReleaseRequest, WorkerMetrics,
+    HeartbeatBatchRequest, HeartbeatBatchResponse, HeartbeatRequest, HeartbeatResponse, Lease,
+    LeaseRef, LockGrant, LockRequest, LockToken, NackRequest, NackResponse, ReleaseRequest,
+    WorkerMetrics,
 };
 use ternflow_core::{Error, Result};
 use wstd::http::body::util::Empty;
@@ -176,14 +177,13 @@ impl HttpClient {
         let req = rb
             .body(body)
             .map_err(|e| Error::Protocol(format!("{url}: {e}")))?;
+        let limit = self.inner.timeout_ms + wait_ms;
         let mut client = Client::new();
         client.set_connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS));
         if self.inner.timeout_ms > 0 {
-            let limit = self.inner.timeout_ms + wait_ms;
             client.set_first_byte_timeout(Duration::from_millis(limit));
             client.set_between_bytes_timeout(Duration::from_millis(self.inner.timeout_ms));
         }
-        let limit = self.inner.timeout_ms + wait_ms;
         let transport = |e: wstd::http::Error| {
             if is_timeout(&e) {
                 Error::Http {
@@ -284,6 +284,34 @@ impl JobSource for HttpClient {
         let path = format!("/v1/jobs/{}/heartbeat", enc(job_id));
         let a = self.post(&path, &body, trace).await?;
         Ok(a.expect::<HeartbeatResponse>(Some(job_id))?.lease)
+    }
+
+    async fn heartbeat_many(&self, leases: &[(String, String)]) -> Result<Vec<Result<Lease>>> {
+        let body = HeartbeatBatchRequest {
+            leases: leases
+                .iter()
+                .map(|(id, token)| LeaseRef {
+                    id: id.clone(),
+                    token: token.clone(),
+                })
+                .collect(),
+        };
+        let answer: HeartbeatBatchResponse = self
+            .post("/v1/jobs/heartbeat", &body, "")
+            .await?
+            .expect(None)?;
+        if answer.results.len() != leases.len() {
+            return Err(Error::Protocol(format!(
+                "the batch heartbeat answered {} results for {} leases",
+                answer.results.len(),
+                leases.len()
+            )));
+        }
+        Ok(answer
+            .results
+            .into_iter()
+            .map(|r| r.lease.ok_or(Error::LeaseLost(r.id)))
+            .collect())
     }
 
     async fn ack(&self, job_id: &str, ack: &AckRequest, trace: &str) -> Result<()> {
