@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 WASM_PACK_VERSION=0.15.1
+# The WASI components' runtime (crates/wasi). 48.0.8 is the newest Wasmtime whose rust-version
+# (1.95) this toolchain meets; 49 and 50 need 1.96 / 1.97.
+WASMTIME_VERSION=48.0.8
 say() { printf '[setup] %s\n' "$*"; }
 
 # wasm-bindgen-cli must match the `=` pin exactly, or wasm-pack would try to download one.
@@ -20,6 +23,12 @@ fi
 for comp in rustfmt clippy; do
   rustup component list --installed | grep -q "^$comp" || rustup component add "$comp"
 done
+
+# 1b. The WASI target, for crates/wasi's components.
+if ! rustup target list --installed | grep -qx wasm32-wasip2; then
+  say "adding rust target wasm32-wasip2"
+  rustup target add wasm32-wasip2
+fi
 
 # 2. Debian packages: the browser and its driver for wasm-pack test, Redis for the server tests.
 APT_PKGS=(chromium chromium-driver redis-server curl)
@@ -47,6 +56,15 @@ if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$WASM_BINDGE
   cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --force --quiet
 fi
 
+# 4b. Wasmtime, at a fixed version, with only what the components use: `run` and `serve`,
+#     Cranelift, the component model and its async ABI (WASIp3 on the host side). Without the
+#     default features (wasi-nn, wizer, winch, gc, explorer, ...) the build is much shorter.
+if [ "$(wasmtime --version 2>/dev/null | awk '{print $2}')" != "$WASMTIME_VERSION" ]; then
+  say "cargo install wasmtime-cli $WASMTIME_VERSION (run, serve, cranelift, component model)"
+  cargo install wasmtime-cli --version "$WASMTIME_VERSION" --locked --quiet --no-default-features \
+    --features run,serve,cranelift,component-model,component-model-async
+fi
+
 # 5. npm packages for the JS side (benchmarks, end-to-end drivers), from the committed lockfile.
 stamp=node_modules/.ternflow-lock.sha256
 want=$(sha256sum package-lock.json | cut -d' ' -f1)
@@ -56,4 +74,4 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-say "ready: $(wasm-pack --version), wasm-bindgen $(wasm-bindgen --version | awk '{print $2}'), $(chromium --version 2>/dev/null | head -n1), $(redis-server --version | awk '{print $3}')"
+say "ready: $(wasm-pack --version), wasm-bindgen $(wasm-bindgen --version | awk '{print $2}'), wasmtime $(wasmtime --version | awk '{print $2}'), $(chromium --version 2>/dev/null | head -n1), $(redis-server --version | awk '{print $3}')"

@@ -48,7 +48,17 @@ run() {
 run fmt cargo fmt --all --check
 run clippy-native cargo clippy --workspace --all-targets --locked -- -D warnings
 run clippy-wasm cargo clippy --target wasm32-unknown-unknown -p ternflow -p ternflow-core -p ternflow-engine --all-targets --locked -- -D warnings
+run clippy-wasi cargo clippy --target wasm32-wasip2 -p ternflow-wasi --all-targets --locked -- -D warnings
+run clippy-wasi-backend cargo clippy --target wasm32-wasip2 -p ternflow-wasi --no-default-features --all-targets --locked -- -D warnings
 run cargo-test cargo test --workspace --locked
+# The WASI components under a real Wasmtime against a real `ternflow serve` (crates/cli/tests/wasi.rs;
+# ignored in the plain cargo test above because they need the wasm32-wasip2 build and Wasmtime).
+wasi_components() {
+  scripts/build-wasi.sh || return 1
+  TERNFLOW_WASI_DIR="$(cd "${CARGO_TARGET_DIR:-target}/wasi" && pwd)" \
+    cargo test --locked -p ternflow-cli --test wasi -- --ignored --test-threads=1
+}
+run wasi wasi_components
 # The wasm outside a browser (no Web Worker, no IndexedDB: like an edge isolate), in Node.
 node_edge() {
   wasm-pack --log-level warn build --dev --target web --mode no-install --out-dir pkg-test &&

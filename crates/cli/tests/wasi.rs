@@ -1,0 +1,676 @@
+//! The WASI component (`crates/wasi`, built by `scripts/build-wasi.sh`) run by a real Wasmtime
+//! against a real `ternflow serve`: queue jobs done with the engine's vectors (with the engine
+//! inside, and backend-only), the server killed mid-batch and restarted with nothing lost, a
+//! lease lost and re-delivered, stop with hand-back, a malformed job dead-lettered with its
+//! reason, and the HTTP handler under `wasmtime serve` answering vectors and a cached repeat.
+//!
+//! These need Wasmtime and the wasm32-wasip2 build, so they are `#[ignore]`d in a plain
+//! `cargo test`; `scripts/test.sh` builds the components and runs them with `--ignored`. When
+//! either is missing they fail and say what to run: they never pass without running.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{free_port, ternflow, Server};
+use serde_json::{json, Value};
+
+const ADMIN: &str = "wasi-admin";
+const WORKER: &str = "wasi-worker";
+const NEEDS: &str = "needs Wasmtime and the wasm32-wasip2 build: scripts/test.sh runs it (scripts/setup.sh installs Wasmtime, scripts/build-wasi.sh builds the components)";
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn model() -> PathBuf {
+    root().join("models/ternlight-int4.bin")
+}
+
+/// The `wasmtime` to run: `$TERNFLOW_WASMTIME`, else the one on `PATH`. Panics with what to
+/// install when there is none.
+fn wasmtime() -> String {
+    let bin = std::env::var("TERNFLOW_WASMTIME").unwrap_or_else(|_| "wasmtime".into());
+    match Command::new(&bin).arg("--version").output() {
+        Ok(o) if o.status.success() => bin,
+        _ => panic!("no `{bin}` to run: install it with scripts/setup.sh (pinned wasmtime-cli)"),
+    }
+}
+
+/// A built component: `$TERNFLOW_WASI_DIR/NAME.wasm` (default `target/wasi/`). Panics with
+/// what to run when it is missing.
+fn component(name: &str) -> PathBuf {
+    let dir = std::env::var("TERNFLOW_WASI_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root().join("target/wasi"));
+    let p = dir.join(format!("{name}.wasm"));
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/build-wasi.sh first",
+        p.display()
+    );
+    p
+}
+
+/// A `ternflow serve` on the embedded store with admin and worker tokens.
+fn server(data: &Path, port: u16, extra: &[&str]) -> Server {
+    let mut args = vec!["--store", "embedded"];
+    args.extend_from_slice(extra);
+    Server::start(
+        data,
+        port,
+        &args,
+        &[("TERNFLOW_TOKENS", format!("{ADMIN}:admin,{WORKER}:worker"))],
+    )
+}
+
+/// One worker component under `wasmtime run`, its stdout lines collected.
+struct Worker {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<Value>,
+}
+
+impl Worker {
+    /// Starts `component` against `base` with `config` (`TERNFLOW_CONFIG`) and worker `flags`;
+    /// `model_dir` preopens the models folder as `/models` (else the model comes from the
+    /// server).
+    fn start(wasm: &str, base: &str, config: Value, flags: &[&str], model_file: bool) -> Worker {
+        let mut cmd = Command::new(wasmtime());
+        cmd.args(["run", "-S", "http"])
+            .arg("--env")
+            .arg(format!("TERNFLOW_SERVER={base}"))
+            .arg("--env")
+            .arg(format!("TERNFLOW_TOKEN={WORKER}"))
+            .arg("--env")
+            .arg(format!("TERNFLOW_CONFIG={config}"));
+        if model_file {
+            cmd.arg("--dir")
+                .arg(format!("{}::/models", root().join("models").display()))
+                .arg("--env")
+                .arg("TERNFLOW_MODEL=/models/ternlight-int4.bin");
+        }
+        cmd.arg(component(wasm))
+            .args(flags)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().expect("spawn wasmtime");
+        let stdin = child.stdin.take();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        Worker {
+            child,
+            stdin,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The next stdout event `name` (`ready`, `stopped`), waiting up to `secs`.
+    fn event(&mut self, name: &str, secs: u64) -> Value {
+        if let Some(v) = self.seen.iter().find(|v| v["event"] == name) {
+            return v.clone();
+        }
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    let v: Value = serde_json::from_str(&l)
+                        .unwrap_or_else(|_| panic!("worker printed a line that is not JSON: {l}"));
+                    self.seen.push(v.clone());
+                    if v["event"] == name {
+                        return v;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => break,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    panic!("the worker exited before {name:?}: {:?}", self.child.wait())
+                }
+            }
+        }
+        panic!("no {name:?} event from the worker within {secs} s");
+    }
+
+    /// Closes standard input (a `--stop-on-eof` worker stops).
+    fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Waits for the process to exit, up to `secs`; its exit status must be success.
+    fn exit_ok(&mut self, secs: u64) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                assert!(st.success(), "worker exit status {st}");
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the worker did not exit within {secs} s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        let st = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(st.success(), "kill -{sig}");
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn api(method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let mut rb = match method {
+        "GET" => http.get(url),
+        _ => http.post(url),
+    }
+    .bearer_auth(ADMIN);
+    if let Some(b) = body {
+        rb = rb.json(&b);
+    }
+    let r = rb.send().await.unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// Enqueues `texts` (optionally under `model_id`); returns their job ids.
+async fn enqueue(base: &str, texts: &[String], model_id: Option<&str>) -> Vec<String> {
+    let jobs: Vec<Value> = texts
+        .iter()
+        .map(|t| match model_id {
+            Some(m) => json!({"text": t, "model_id": m}),
+            None => json!({"text": t}),
+        })
+        .collect();
+    let (st, v) = api(
+        "POST",
+        &format!("{base}/v1/jobs"),
+        Some(json!({"jobs": jobs})),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn statuses(base: &str, ids: &[String]) -> Vec<Value> {
+    let (st, v) = api(
+        "POST",
+        &format!("{base}/v1/jobs/status"),
+        Some(json!({"ids": ids})),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    v["jobs"].as_array().unwrap().clone()
+}
+
+async fn count_done(base: &str, ids: &[String]) -> usize {
+    statuses(base, ids)
+        .await
+        .iter()
+        .filter(|j| j["state"] == "done")
+        .count()
+}
+
+/// Waits until every job in `ids` is done, up to `secs`.
+async fn all_done(base: &str, ids: &[String], secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let n = count_done(base, ids).await;
+        if n == ids.len() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{n} of {} jobs done after {secs} s",
+            ids.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The engine's native vectors for `texts` (`ternflow embed`): the reference the component's
+/// must equal.
+fn native(texts: &[String]) -> Vec<Vec<f32>> {
+    use std::io::Write;
+    let mut child = ternflow()
+        .arg("embed")
+        .arg("--model")
+        .arg(model())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    for t in texts {
+        writeln!(input, "{t}").unwrap();
+    }
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let nb: f32 = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (na * nb)
+}
+
+fn uniq(tag: &str, n: usize) -> Vec<String> {
+    let salt = std::process::id();
+    (0..n)
+        .map(|i| format!("wasi {tag} {salt} text number {i}"))
+        .collect()
+}
+
+/// Checks every job finished with a vector equal to the engine's for its text, from one of
+/// `sources`.
+async fn assert_engine_vectors(base: &str, ids: &[String], texts: &[String], sources: &[&str]) {
+    let want = native(texts);
+    for ((st, text), w) in statuses(base, ids).await.iter().zip(texts).zip(&want) {
+        assert_eq!(st["state"], "done", "{text}: {st}");
+        let source = st["result"]["source"].as_str().unwrap_or_default();
+        assert!(sources.contains(&source), "{st}");
+        let v =
+            ternflow_core::codec::decode_vector(st["result"]["vector"].as_str().unwrap()).unwrap();
+        let c = cosine(&v, w);
+        assert!(c >= 0.9999, "{text}: cosine {c}");
+    }
+}
+
+#[test]
+#[ignore = "needs Wasmtime and the wasm32-wasip2 build: run by scripts/test.sh"]
+fn prerequisites_are_there() {
+    // Fails (never skips) when Wasmtime or a component is missing, naming what to run.
+    let _ = (wasmtime(), NEEDS);
+    for c in [
+        "ternflow-wasi-worker",
+        "ternflow-wasi-worker-backend",
+        "ternflow-wasi-handler",
+    ] {
+        component(c);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Wasmtime and the wasm32-wasip2 build: run by scripts/test.sh"]
+async fn queue_jobs_are_done_with_the_engines_vectors_and_a_bad_job_is_dead_lettered() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = model();
+    let srv = server(
+        &dir.path().join("data"),
+        free_port(),
+        &["--model", model.to_str().unwrap()],
+    );
+    let base = srv.base.clone();
+    let texts = uniq("queue", 24);
+    let ids = enqueue(&base, &texts, None).await;
+    // One text over the worker's limit: a permanent failure, straight to the dead letters.
+    let long = format!("{} {}", uniq("too long", 1)[0], "x".repeat(300));
+    let bad = enqueue(&base, std::slice::from_ref(&long), None).await;
+    let cfg = json!({"concurrency": 8, "claimWaitMs": 300, "maxTextBytes": 200,
+                     "workerId": "wasi-engine"});
+    let mut w = Worker::start(
+        "ternflow-wasi-worker",
+        &base,
+        cfg,
+        &["--idle-exit-ms", "1500"],
+        false,
+    );
+    let ready = w.event("ready", 120);
+    assert_eq!(ready["started"]["engine"], true, "{ready}");
+    assert!(ready["started"]["model_bytes"].as_u64().unwrap() > 1_000_000);
+    let stopped = w.event("stopped", 120);
+    w.exit_ok(30);
+    assert_eq!(stopped["summary"]["done"], 24, "{stopped}");
+    assert_eq!(stopped["summary"]["dead"], 1, "{stopped}");
+    assert_engine_vectors(&base, &ids, &texts, &["engine"]).await;
+    // The dead letter carries its reason.
+    let st = &statuses(&base, &bad).await[0];
+    assert_eq!(st["state"], "dead", "{st}");
+    assert_eq!(st["error"]["code"], "text_too_long", "{st}");
+    let (_, dlq) = api("GET", &format!("{base}/v1/dlq?limit=100"), None).await;
+    let entry = dlq["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["job"]["id"] == bad[0].as_str())
+        .expect("in the dead-letter queue");
+    assert!(
+        entry["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("limit is 200"),
+        "{entry}"
+    );
+    // Metrics reached the server.
+    let (_, stats) = api("GET", &format!("{base}/v1/stats"), None).await;
+    let jobs_done = &stats["workers"]["wasi-engine"]["counters"]["jobs_done"];
+    assert_eq!(jobs_done, 24, "{stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Wasmtime and the wasm32-wasip2 build: run by scripts/test.sh"]
+async fn a_backend_only_worker_embeds_through_the_server_with_the_same_vectors() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = model();
+    let srv = server(
+        &dir.path().join("data"),
+        free_port(),
+        &["--model", model.to_str().unwrap()],
+    );
+    let base = srv.base.clone();
+    let texts = uniq("backend", 6);
+    let ids = enqueue(&base, &texts, None).await;
+    let mut w = Worker::start(
+        "ternflow-wasi-worker-backend",
+        &base,
+        json!({"claimWaitMs": 300}),
+        &["--idle-exit-ms", "1500"],
+        false,
+    );
+    let ready = w.event("ready", 120);
+    assert_eq!(ready["started"]["engine"], false, "{ready}");
+    assert_eq!(ready["started"]["model_bytes"], 0, "{ready}");
+    let stopped = w.event("stopped", 120);
+    w.exit_ok(30);
+    assert_eq!(stopped["summary"]["done"], 6, "{stopped}");
+    assert_engine_vectors(&base, &ids, &texts, &["backend"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Wasmtime and the wasm32-wasip2 build: run by scripts/test.sh"]
+async fn the_server_killed_mid_batch_then_back_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let port = free_port();
+    let model = model();
+    let model = model.to_str().unwrap();
+    let extra = ["--model", model, "--lease-ms", "5000"];
+    let srv = server(&data, port, &extra);
+    let base = srv.base.clone();
+    let texts = uniq("outage", 300);
+    let ids = enqueue(&base, &texts, None).await;
+    let cfg = json!({"concurrency": 4, "claimWaitMs": 300,
+                     "retry": {"baseMs": 100, "maxMs": 500, "maxAttempts": 40}});
+    let mut w = Worker::start("ternflow-wasi-worker", &base, cfg, &["--stop-on-eof"], true);
+    w.event("ready", 120);
+    // Mid-batch: some jobs done, most not.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let n = count_done(&base, &ids).await;
+        if n >= 10 {
+            assert!(n < ids.len(), "the batch finished before the outage");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no progress before the outage");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    srv.kill9();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let srv = server(&data, port, &extra);
+    all_done(&srv.base, &ids, 120).await;
+    w.close_stdin();
+    let stopped = w.event("stopped", 60);
+    w.exit_ok(30);
+    let c = &stopped["counters"];
+    assert!(c["retries"].as_u64().unwrap_or(0) >= 1, "{stopped}");
+    assert_eq!(stopped["summary"]["dead"], 0, "{stopped}");
+    let (_, stats) = api("GET", &format!("{}/v1/stats", srv.base), None).await;
+    assert_eq!(stats["queue"]["dead"], 0, "{stats}");
+    // An ack retried after the outage finds its vector in the local cache.
+    assert_engine_vectors(&srv.base, &ids, &texts, &["engine", "local"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Wasmtime and the wasm32-wasip2 build: run by scripts/test.sh"]
+async fn a_lost_lease_is_redelivered_and_the_job_done_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = model();
+    let srv = server(
+        &dir.path().join("data"),
+        free_port(),
+        &["--model", model.to_str().unwrap(), "--lease-ms", "1500"],
+    );
+    let base = srv.base.clone();
+    let cfg = json!({"concurrency": 1, "claimWaitMs": 20000});
+    let mut w = Worker::start("ternflow-wasi-worker", &base, cfg, &["--stop-on-eof"], true);
+    w.event("ready", 120);
+    // The worker now waits inside a long-poll claim. Freeze it there, then enqueue: the server
+    // hands the job to that claim, whose answer the frozen worker cannot read.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    w.signal("STOP");
+    let text = uniq("lease", 1);
+    let ids = enqueue(&base, &text, None).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if statuses(&base, &ids).await[0]["state"] == "leased" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the waiting claim never got the job"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The lease runs out; the next claim (ours) gets the job again.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let (_, claimed) = api(
+        "POST",
+        &format!("{base}/v1/jobs/claim"),
+        Some(json!({"worker": "test", "max": 1})),
+    )
+    .await;
+    let again = &claimed["jobs"][0];
+    assert_eq!(again["id"], ids[0].as_str(), "{claimed}");
+    assert_eq!(again["attempt"], 2, "{claimed}");
+    // The worker wakes, works its stale delivery and is refused: a lost lease, not an ack. We
+    // keep our lease alive meanwhile (the worker's metrics arrive every 2 s; the lease is 1.5 s).
+    w.signal("CONT");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (st, hb) = api(
+            "POST",
+            &format!("{base}/v1/jobs/{}/heartbeat", ids[0]),
+            Some(json!({"token": again["lease"]["token"]})),
+        )
+        .await;
+        assert_eq!(st, 200, "our lease is still ours: {hb}");
+        let (_, stats) = api("GET", &format!("{base}/v1/stats"), None).await;
+        let lost = stats["workers"]
+            .as_object()
+            .and_then(|ws| {
+                ws.values()
+                    .find(|w| w["counters"]["leases_lost"].as_u64() >= Some(1))
+            })
+            .is_some();
+        if lost {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no lost lease reported: {stats}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(statuses(&base, &ids).await[0]["state"], "leased");
+    // Hand our delivery back: the worker claims it and finishes it, once.
+    let (st, _) = api(
+        "POST",
+        &format!("{base}/v1/jobs/{}/release", ids[0]),
+        Some(json!({"token": again["lease"]["token"]})),
+    )
+    .await;
+    assert_eq!(st, 204);
+    all_done(&base, &ids, 30).await;
+    w.close_stdin();
+    let stopped = w.event("stopped", 60);
+    w.exit_ok(30);
+    assert_eq!(stopped["summary"]["lost"], 1, "{stopped}");
+    assert_eq!(stopped["summary"]["done"], 1, "{stopped}");
+    let st = &statuses(&base, &ids).await[0];
+    assert_eq!(st["attempt"], 2, "{st}");
+    // The stale delivery's vector stayed in the worker's local cache.
+    assert_engine_vectors(&base, &ids, &text, &["local"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Wasmtime and the wasm32-wasip2 build: run by scripts/test.sh"]
+async fn stop_hands_unfinished_jobs_back_without_using_an_attempt() {
+    // A server without a model: jobs for a model the worker's engine does not run go to the
+    // backend, which answers 503, so they stay in flight, retrying, until the worker stops.
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(&dir.path().join("data"), free_port(), &[]);
+    let base = srv.base.clone();
+    let texts = uniq("handback", 3);
+    let ids = enqueue(&base, &texts, Some("not-this-engines")).await;
+    let cfg = json!({"concurrency": 4, "claimWaitMs": 300,
+                     "retry": {"baseMs": 100, "maxMs": 300, "maxAttempts": 1000}});
+    let t0 = Instant::now();
+    let mut w = Worker::start(
+        "ternflow-wasi-worker",
+        &base,
+        cfg,
+        &["--run-ms", "4000", "--drain-ms", "300"],
+        true,
+    );
+    w.event("ready", 120);
+    let stopped = w.event("stopped", 60);
+    w.exit_ok(30);
+    assert!(t0.elapsed() < Duration::from_secs(60));
+    assert_eq!(stopped["summary"]["handedBack"], 3, "{stopped}");
+    assert_eq!(stopped["summary"]["done"], 0, "{stopped}");
+    for st in statuses(&base, &ids).await {
+        assert_eq!(st["state"], "queued", "{st}");
+    }
+    // Claimed again, they are on their first attempt still.
+    let (_, claimed) = api(
+        "POST",
+        &format!("{base}/v1/jobs/claim"),
+        Some(json!({"worker": "test", "max": 3})),
+    )
+    .await;
+    let jobs = claimed["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 3, "{claimed}");
+    for j in jobs {
+        assert_eq!(j["attempt"], 1, "{j}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Wasmtime and the wasm32-wasip2 build: run by scripts/test.sh"]
+async fn the_http_handler_answers_vectors_and_a_cached_repeat() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = model();
+    let srv = server(
+        &dir.path().join("data"),
+        free_port(),
+        &["--model", model.to_str().unwrap()],
+    );
+    let port = free_port();
+    let mut child = Command::new(wasmtime())
+        // Without the pooling allocator (not in the pinned build: see scripts/setup.sh).
+        .args(["serve", "-S", "cli", "-O", "pooling-allocator=n"])
+        .args(["--max-instance-reuse-count", "64", "--addr"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--env")
+        .arg(format!("TERNFLOW_SERVER={}", srv.base))
+        .arg("--env")
+        .arg(format!("TERNFLOW_TOKEN={WORKER}"))
+        .arg(component("ternflow-wasi-handler"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill<'a>(&'a mut Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _guard = Kill(&mut child);
+    let url = format!("http://127.0.0.1:{port}/");
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "wasmtime serve did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let texts = uniq("handler", 2);
+    let post = |body: Value| http.post(&url).json(&body).send();
+    let r = post(json!({"texts": texts})).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let first: Value = r.json().await.unwrap();
+    assert_eq!(first["sources"], json!(["engine", "engine"]), "{first}");
+    let want = native(&texts);
+    for (v, w) in first["vectors"].as_array().unwrap().iter().zip(&want) {
+        let v: Vec<f32> = serde_json::from_value(v.clone()).unwrap();
+        assert!(cosine(&v, w) >= 0.9999);
+    }
+    // The repeat is answered from a cache: this instance's memory when the host reused the
+    // instance (it says how many requests it served), else the server's remote cache, which the
+    // first request wrote through.
+    let r = post(json!({"texts": [texts[0]]})).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let served: u64 = r.headers()["x-ternflow-instance-requests"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let again: Value = r.json().await.unwrap();
+    let source = again["sources"][0].as_str().unwrap();
+    let want = if served >= 2 { "local" } else { "remote" };
+    assert_eq!(source, want, "instance served {served} requests: {again}");
+    assert_eq!(again["vectors"][0], first["vectors"][0]);
+    // The edge handler's error contract.
+    let r = http.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    let r = http.post(&url).body("{").send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "bad_json");
+    let r = post(json!({"texts": ["x".repeat(17 * 1024)]}))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+}

@@ -1,0 +1,125 @@
+//! The HTTP handler's request/response contract, the same as the edge `fetch` handler's
+//! (`www/edge/handler.mjs`): `POST {"texts": [...]}` answers
+//! `{"vectors": number[][], "sources": string[]}`; every error is
+//! `{"error": {"code", "message"}}` — 405 for another method, 400 `bad_json` / `bad_request` for a
+//! malformed body, 413 for `text_too_long`, 400 for any other failure of a text, 503 when the
+//! model cannot load. Portable: tested natively.
+
+use serde::{Deserialize, Serialize};
+use ternflow_core::protocol::ResultSource;
+use ternflow_core::Error;
+
+/// A response: status and JSON body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: u16,
+    /// JSON body.
+    pub body: Vec<u8>,
+}
+
+#[derive(Deserialize)]
+struct EmbedBody {
+    texts: Vec<String>,
+}
+
+/// The answer to a request whose texts all resolved.
+#[derive(Debug, Serialize)]
+pub struct Answer {
+    /// One vector per text, in order.
+    pub vectors: Vec<Vec<f32>>,
+    /// Where each came from.
+    pub sources: Vec<ResultSource>,
+}
+
+/// `{"error": {"code", "message"}}` with `status`.
+pub fn error(status: u16, code: &str, message: &str) -> Reply {
+    let body = serde_json::json!({"error": {"code": code, "message": message}});
+    Reply {
+        status,
+        body: body.to_string().into_bytes(),
+    }
+}
+
+/// The texts of a request, or the error reply for it.
+///
+/// # Errors
+/// The [`Reply`] to send: 405 for a method other than `POST`, 400 `bad_json` for a body that is
+/// not JSON, 400 `bad_request` when `texts` is not an array of strings.
+pub fn texts(method: &str, body: &[u8]) -> Result<Vec<String>, Reply> {
+    if !method.eq_ignore_ascii_case("POST") {
+        return Err(error(405, "method_not_allowed", r#"POST {"texts": [...]}"#));
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(body).map_err(|_| error(400, "bad_json", "the body is not JSON"))?;
+    serde_json::from_value::<EmbedBody>(v)
+        .map(|b| b.texts)
+        .map_err(|_| error(400, "bad_request", r#""texts" must be an array of strings"#))
+}
+
+/// The reply for a text that failed with `e`.
+pub fn failure(e: &Error) -> Reply {
+    let status = if e.code() == "text_too_long" {
+        413
+    } else {
+        400
+    };
+    error(status, e.code(), &e.to_string())
+}
+
+/// The reply carrying `answer`.
+pub fn answer(answer: &Answer) -> Reply {
+    Reply {
+        status: 200,
+        body: serde_json::to_vec(answer).unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(r: &Reply) -> (u16, String) {
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        (r.status, v["error"]["code"].as_str().unwrap().to_owned())
+    }
+
+    #[test]
+    fn requests_are_read_as_the_edge_handler_reads_them() {
+        assert_eq!(
+            texts("POST", br#"{"texts": ["a", "b"]}"#).unwrap(),
+            vec!["a".to_owned(), "b".to_owned()]
+        );
+        assert_eq!(
+            code(&texts("GET", b"").unwrap_err()),
+            (405, "method_not_allowed".into())
+        );
+        assert_eq!(
+            code(&texts("POST", b"{").unwrap_err()),
+            (400, "bad_json".into())
+        );
+        assert_eq!(
+            code(&texts("POST", br#"{"texts": [1]}"#).unwrap_err()),
+            (400, "bad_request".into())
+        );
+    }
+
+    #[test]
+    fn failures_map_to_the_edge_statuses() {
+        let long = Error::BadJob {
+            code: "text_too_long",
+            message: "x".into(),
+        };
+        assert_eq!(code(&failure(&long)), (413, "text_too_long".into()));
+        let down = Error::Unreachable("refused".into());
+        assert_eq!(code(&failure(&down)), (400, "unreachable".into()));
+        let a = answer(&Answer {
+            vectors: vec![vec![0.5, -1.0]],
+            sources: vec![ResultSource::Engine],
+        });
+        assert_eq!(
+            String::from_utf8(a.body).unwrap(),
+            r#"{"vectors":[[0.5,-1.0]],"sources":["engine"]}"#
+        );
+    }
+}

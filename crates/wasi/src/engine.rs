@@ -1,0 +1,68 @@
+//! The engine inside the component as the pipeline's [`Embedder`]; in a backend-only build
+//! (without the `engine` feature) an empty slot, so the pipeline sends every text to the
+//! server's `POST /v1/embed`. Portable.
+
+use ternflow_core::ports::Embedder;
+use ternflow_core::{Error, Result};
+
+/// The engine slot: empty until a model is loaded (always empty in a backend-only build).
+#[derive(Debug, Default)]
+pub struct InWasmEngine {
+    #[cfg(feature = "engine")]
+    slot: std::cell::RefCell<Option<ternflow_engine::Engine>>,
+}
+
+impl InWasmEngine {
+    /// Whether this build carries the engine.
+    pub const BUILT_IN: bool = cfg!(feature = "engine");
+
+    /// Loads a TERN v1 file (taken by value: the embedding table is used in place); returns
+    /// its model id.
+    ///
+    /// # Errors
+    /// The engine's message when the file is not a valid model, or when this build has no
+    /// engine.
+    pub fn load(&self, bytes: Vec<u8>) -> Result<String, String> {
+        #[cfg(feature = "engine")]
+        {
+            let e = ternflow_engine::Engine::from_vec(bytes).map_err(|e| e.to_string())?;
+            let id = e.model_id().to_owned();
+            *self.slot.borrow_mut() = Some(e);
+            Ok(id)
+        }
+        #[cfg(not(feature = "engine"))]
+        {
+            let _ = bytes;
+            Err("this build has no engine (backend-only)".into())
+        }
+    }
+}
+
+impl Embedder for InWasmEngine {
+    fn model_id(&self) -> Option<String> {
+        #[cfg(feature = "engine")]
+        {
+            self.slot.borrow().as_ref().map(|e| e.model_id().to_owned())
+        }
+        #[cfg(not(feature = "engine"))]
+        {
+            None
+        }
+    }
+
+    async fn embed(&self, text: &str, _trace: &str) -> Result<Vec<f32>> {
+        #[cfg(feature = "engine")]
+        {
+            self.slot
+                .borrow_mut()
+                .as_mut()
+                .map(|e| e.embed(text))
+                .ok_or_else(|| Error::Engine("no model loaded".into()))
+        }
+        #[cfg(not(feature = "engine"))]
+        {
+            let _ = text;
+            Err(Error::Engine("backend-only build: no engine".into()))
+        }
+    }
+}
