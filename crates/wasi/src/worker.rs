@@ -144,5 +144,5 @@ async fn push_metrics(p: &Pipeline<Wasi>) {
     p.update_breaker_gauges();
     let snap = p.metrics.snapshot(&p.cfg.worker_id, WasiClock.now_ms());
     // Best effort: a server that is down misses a snapshot, not a job.
-    let _ = p.source.push_metrics(&snap).await;
+    let _ = p.adapters.source.push_metrics(&snap).await;
 }
