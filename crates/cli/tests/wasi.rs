@@ -453,7 +453,10 @@ async fn the_server_killed_mid_batch_then_back_loses_nothing() {
     let stopped = w.event("stopped", 60);
     w.exit_ok(30);
     let c = &stopped["counters"];
-    assert!(c["retries"].as_u64().unwrap_or(0) >= 1, "{stopped}");
+    // The outage was seen: a job's request retried, or a claim failed and was made again
+    // (which of the two depends on what the worker was sending when the server died).
+    let seen = c["retries"].as_u64().unwrap_or(0) + c["claim_failures"].as_u64().unwrap_or(0);
+    assert!(seen >= 1, "{stopped}");
     assert_eq!(stopped["summary"]["dead"], 0, "{stopped}");
     let (_, stats) = api("GET", &format!("{}/v1/stats", srv.base), None).await;
     assert_eq!(stats["queue"]["dead"], 0, "{stats}");

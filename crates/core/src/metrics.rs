@@ -58,6 +58,8 @@ pub mod names {
     pub const NACK_FAILURES: &str = "nack_failures";
     /// Batch ack requests sent (`jobs_done / ack_batches` is the mean batch).
     pub const ACK_BATCHES: &str = "ack_batches";
+    /// Claims that failed (the server unreachable or refusing); the loop backs off and claims again.
+    pub const CLAIM_FAILURES: &str = "claim_failures";
     /// Batch nack requests sent.
     pub const NACK_BATCHES: &str = "nack_batches";
     /// Batched heartbeat requests sent (each extends every lease the worker holds).

@@ -161,6 +161,7 @@ impl<P: Ports> Pipeline<P> {
                 }
                 Event::Claimed(Err(_)) => {
                     claim_pending = false;
+                    self.metrics.inc(names::CLAIM_FAILURES);
                     let d = CLAIM_BACKOFF
                         .delay_ms(claim_failures, None, &self.rng)
                         .max(50);

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# One benchmark report, every figure measured side by side in one run on this machine, written to
+# docs/benchmarks.md (and printed):
+#   - the worker pipeline in headless Chromium at 0 %, 50 % and 100 % cache hits against the bare
+#     engine in the same run, and local hit latency (bench/worker.mjs);
+#   - the server queue (no-op jobs enqueue → claim → ack) against BullMQ on the same Redis, and
+#     the cache GET against raw redis-benchmark on that Redis (ternflow bench-server);
+#   - the queue on the embedded store (SQLite);
+#   - the engine natively and in node, against the reference Ternlight engine's published figures;
+#   - the npm package's sizes.
+# Usage: scripts/bench.sh [--out docs/benchmarks.md] [--n 600]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=docs/benchmarks.md
+N=600
+while [ $# -gt 0 ]; do
+  case $1 in
+    --out) OUT=$2; shift 2 ;;
+    --n) N=$2; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+scripts/setup.sh >/dev/null
+cargo build --release --locked -q -p ternflow-cli
+scripts/build-pkg.sh >/tmp/ternflow-bench-pkg.log 2>&1 || { cat /tmp/ternflow-bench-pkg.log; exit 1; }
+wasm-pack --log-level warn build --target web --release --mode no-install --out-dir pkg-web >/dev/null
+BULL=target/bullbench
+[ -d "$BULL/node_modules/bullmq" ] ||
+  npm install --prefix "$BULL" --no-audit --no-fund --loglevel=error bullmq@6 ioredis@5 >/dev/null
+BIN=target/release/ternflow
+TMP=$(mktemp -d)
+RPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" >/dev/null 2>&1 &
+RPID=$!
+trap 'kill $RPID 2>/dev/null; rm -rf "$TMP"' EXIT
+for _ in $(seq 50); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+section() { printf '\n## %s\n\n```\n' "$1"; }
+endsec() { printf '```\n'; }
+{
+  echo "# Benchmarks"
+  echo
+  echo "Printed by \`scripts/bench.sh\` on $(date -u +%FT%TZ): $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(free -g | awk '/Mem:/{print $2}') GiB, load average $(load) at the start."
+  echo "Every ratio below compares figures measured in this run, one after the other on the same machine."
+  echo "This file is the script's output; rerun it rather than editing it."
+
+  section "Worker pipeline in headless Chromium (node bench/worker.mjs --n $N)"
+  node bench/worker.mjs --n "$N" 2>/dev/null
+  node bench/worker.mjs --n "$N" --workers "$(nproc)" 2>/dev/null | grep -E "^(chromium|bare|end-to-end)"
+  endsec
+
+  section "Server queue and cache on Redis vs BullMQ and redis-benchmark (same Redis)"
+  echo "# load average $(load)"
+  $BIN bench-server --store "redis://127.0.0.1:$RPORT/0" --jobs 20000 --workers 8 --secs 5 2>&1 | grep -v WARNING
+  redis-cli -p "$RPORT" flushall >/dev/null
+  echo "# BullMQ 6, same Redis: NODE_PATH=$BULL/node_modules node crates/server/bench/bullmq.mjs $RPORT 20000 8"
+  NODE_PATH="$BULL/node_modules" node crates/server/bench/bullmq.mjs "$RPORT" 20000 8
+  endsec
+
+  section "Server queue on the embedded store (SQLite) and in memory"
+  echo "# load average $(load)"
+  $BIN bench-server --store embedded --jobs 20000 --workers 8 --secs 3 2>&1 | grep -v WARNING
+  $BIN bench-server --store memory --jobs 20000 --workers 8 --secs 3 2>&1 | grep -v WARNING
+  endsec
+
+  section "Engine (default model), natively and in node"
+  echo "# load average $(load)"
+  $BIN bench --model models/ternlight-int4.bin --iters 300
+  node bench/engine.mjs --model models/ternlight-int4.bin --iters 300
+  echo "# the reference Ternlight engine's published figures (docs/engine.md): 147-180 short embeds/s in wasm, 61-66 ms per 128-id input"
+  endsec
+
+  section "npm package (scripts/build-pkg.sh)"
+  grep -E "^(build-pkg: wasm-opt|package:)" /tmp/ternflow-bench-pkg.log
+  endsec
+  echo
+  echo "Load average at the end: $(load)."
+} | tee "$OUT"
