@@ -18,11 +18,11 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use ternflow_core::ports::{Embedder, JobSource, Locks, PutOutcome, RemoteCache};
 use ternflow_core::protocol::{
-    AckBatchRequest, AckBatchResponse, AckItem, AckItemOutcome, AckRequest, CacheEntry, CachePut,
-    ClaimRequest, ClaimResponse, ClaimedJob, EmbedRequest, EmbedResponse, ErrorBody,
-    HeartbeatBatchRequest, HeartbeatBatchResponse, HeartbeatRequest, HeartbeatResponse, Lease,
-    LeaseRef, LockGrant, LockRequest, LockToken, NackBatchRequest, NackBatchResponse, NackItem,
-    NackItemOutcome, NackRequest, NackResponse, ReleaseRequest, WorkerMetrics,
+    AckBatchRequest, AckBatchResponse, AckRequest, CacheEntry, CachePut, ClaimRequest,
+    ClaimResponse, ClaimedJob, EmbedRequest, EmbedResponse, ErrorBody, HeartbeatBatchRequest,
+    HeartbeatBatchResponse, HeartbeatRequest, HeartbeatResponse, Lease, LockGrant, LockRequest,
+    LockToken, NackBatchRequest, NackBatchResponse, NackRequest, NackResponse, ReleaseRequest,
+    WorkerMetrics,
 };
 use ternflow_core::{Error, Result};
 
@@ -365,73 +365,23 @@ impl JobSource for HttpClient {
     }
 
     async fn ack_many(&self, acks: &[(String, AckRequest)]) -> Result<Vec<Result<()>>> {
-        let body = AckBatchRequest {
-            acks: acks
-                .iter()
-                .map(|(id, ack)| AckItem {
-                    id: id.clone(),
-                    ack: ack.clone(),
-                })
-                .collect(),
-        };
+        let body = AckBatchRequest::from_pairs(acks);
         let resp = self
             .send(Method::Post, "/v1/jobs/ack", Some(&body), "")
             .await?;
-        let answer: AckBatchResponse = Self::expect_ok(resp, None).await?;
-        Ok(answer
-            .results
-            .into_iter()
-            .map(|r| match r.outcome {
-                AckItemOutcome::Done | AckItemOutcome::Repeated => Ok(()),
-                AckItemOutcome::LeaseLost => Err(Error::LeaseLost(r.id)),
-                AckItemOutcome::Missing => Err(Error::Http {
-                    status: 404,
-                    code: "not_found".into(),
-                    message: format!("no job {}", r.id),
-                    retry_after_ms: None,
-                }),
-                AckItemOutcome::Refused => {
-                    let (code, message) = r
-                        .error
-                        .map(|e| (e.code, e.message))
-                        .unwrap_or_else(|| ("refused".into(), String::new()));
-                    Err(Error::Http {
-                        status: 400,
-                        code,
-                        message,
-                        retry_after_ms: None,
-                    })
-                }
-            })
-            .collect())
+        Self::expect_ok::<AckBatchResponse>(resp, None)
+            .await?
+            .into_results(acks.len())
     }
 
     async fn heartbeat_many(&self, leases: &[(String, String)]) -> Result<Vec<Result<Lease>>> {
-        let body = HeartbeatBatchRequest {
-            leases: leases
-                .iter()
-                .map(|(id, token)| LeaseRef {
-                    id: id.clone(),
-                    token: token.clone(),
-                })
-                .collect(),
-        };
+        let body = HeartbeatBatchRequest::from_pairs(leases);
         let resp = self
             .send(Method::Post, "/v1/jobs/heartbeat", Some(&body), "")
             .await?;
-        let answer: HeartbeatBatchResponse = Self::expect_ok(resp, None).await?;
-        if answer.results.len() != leases.len() {
-            return Err(Error::Protocol(format!(
-                "the batch heartbeat answered {} results for {} leases",
-                answer.results.len(),
-                leases.len()
-            )));
-        }
-        Ok(answer
-            .results
-            .into_iter()
-            .map(|r| r.lease.ok_or(Error::LeaseLost(r.id)))
-            .collect())
+        Self::expect_ok::<HeartbeatBatchResponse>(resp, None)
+            .await?
+            .into_results(leases.len())
     }
 
     async fn nack(&self, job_id: &str, nack: &NackRequest, trace: &str) -> Result<NackResponse> {
@@ -444,41 +394,13 @@ impl JobSource for HttpClient {
         &self,
         nacks: &[(String, NackRequest)],
     ) -> Result<Vec<Result<NackResponse>>> {
-        let body = NackBatchRequest {
-            nacks: nacks
-                .iter()
-                .map(|(id, nack)| NackItem {
-                    id: id.clone(),
-                    nack: nack.clone(),
-                })
-                .collect(),
-        };
+        let body = NackBatchRequest::from_pairs(nacks);
         let resp = self
             .send(Method::Post, "/v1/jobs/nack", Some(&body), "")
             .await?;
-        let answer: NackBatchResponse = Self::expect_ok(resp, None).await?;
-        if answer.results.len() != nacks.len() {
-            return Err(Error::Protocol(format!(
-                "the batch nack answered {} results for {} nacks",
-                answer.results.len(),
-                nacks.len()
-            )));
-        }
-        Ok(answer
-            .results
-            .into_iter()
-            .map(|r| match r.outcome {
-                NackItemOutcome::Retry { available_at } => Ok(NackResponse::Retry { available_at }),
-                NackItemOutcome::Dead => Ok(NackResponse::Dead),
-                NackItemOutcome::LeaseLost => Err(Error::LeaseLost(r.id)),
-                NackItemOutcome::Missing => Err(Error::Http {
-                    status: 404,
-                    code: "not_found".into(),
-                    message: format!("no job {}", r.id),
-                    retry_after_ms: None,
-                }),
-            })
-            .collect())
+        Self::expect_ok::<NackBatchResponse>(resp, None)
+            .await?
+            .into_results(nacks.len())
     }
 
     async fn release(&self, job_id: &str, token: &str, trace: &str) -> Result<()> {

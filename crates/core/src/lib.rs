@@ -19,6 +19,7 @@
 //! - [`config`]: the worker's settings; [`error`]: the crate's one error enum.
 //! - [`memory`]: in-memory ports and a fake clock for tests.
 
+mod batch_answers;
 pub mod batch_queue;
 pub mod breaker;
 pub mod codec;

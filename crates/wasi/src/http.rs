@@ -16,10 +16,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use ternflow_core::ports::{Embedder, JobSource, Locks, PutOutcome, RemoteCache};
 use ternflow_core::protocol::{
-    AckBatchRequest, AckBatchResponse, AckItem, AckItemOutcome, AckRequest, CacheEntry, CachePut,
-    ClaimRequest, ClaimResponse, ClaimedJob, EmbedRequest, EmbedResponse, ErrorBody,
-    HeartbeatBatchRequest, HeartbeatBatchResponse, HeartbeatRequest, HeartbeatResponse, Lease,
-    LeaseRef, LockGrant, LockRequest, LockToken, NackRequest, NackResponse, ReleaseRequest,
+    AckBatchRequest, AckBatchResponse, AckRequest, CacheEntry, CachePut, ClaimRequest,
+    ClaimResponse, ClaimedJob, EmbedRequest, EmbedResponse, ErrorBody, HeartbeatBatchRequest,
+    HeartbeatBatchResponse, HeartbeatRequest, HeartbeatResponse, Lease, LockGrant, LockRequest,
+    LockToken, NackBatchRequest, NackBatchResponse, NackRequest, NackResponse, ReleaseRequest,
     WorkerMetrics,
 };
 use ternflow_core::{Error, Result};
@@ -287,31 +287,11 @@ impl JobSource for HttpClient {
     }
 
     async fn heartbeat_many(&self, leases: &[(String, String)]) -> Result<Vec<Result<Lease>>> {
-        let body = HeartbeatBatchRequest {
-            leases: leases
-                .iter()
-                .map(|(id, token)| LeaseRef {
-                    id: id.clone(),
-                    token: token.clone(),
-                })
-                .collect(),
-        };
-        let answer: HeartbeatBatchResponse = self
-            .post("/v1/jobs/heartbeat", &body, "")
+        let body = HeartbeatBatchRequest::from_pairs(leases);
+        self.post("/v1/jobs/heartbeat", &body, "")
             .await?
-            .expect(None)?;
-        if answer.results.len() != leases.len() {
-            return Err(Error::Protocol(format!(
-                "the batch heartbeat answered {} results for {} leases",
-                answer.results.len(),
-                leases.len()
-            )));
-        }
-        Ok(answer
-            .results
-            .into_iter()
-            .map(|r| r.lease.ok_or(Error::LeaseLost(r.id)))
-            .collect())
+            .expect::<HeartbeatBatchResponse>(None)?
+            .into_results(leases.len())
     }
 
     async fn ack(&self, job_id: &str, ack: &AckRequest, trace: &str) -> Result<()> {
@@ -322,47 +302,27 @@ impl JobSource for HttpClient {
     }
 
     async fn ack_many(&self, acks: &[(String, AckRequest)]) -> Result<Vec<Result<()>>> {
-        let body = AckBatchRequest {
-            acks: acks
-                .iter()
-                .map(|(id, ack)| AckItem {
-                    id: id.clone(),
-                    ack: ack.clone(),
-                })
-                .collect(),
-        };
-        let answer: AckBatchResponse = self.post("/v1/jobs/ack", &body, "").await?.expect(None)?;
-        Ok(answer
-            .results
-            .into_iter()
-            .map(|r| match r.outcome {
-                AckItemOutcome::Done | AckItemOutcome::Repeated => Ok(()),
-                AckItemOutcome::LeaseLost => Err(Error::LeaseLost(r.id)),
-                AckItemOutcome::Missing => Err(Error::Http {
-                    status: 404,
-                    code: "not_found".into(),
-                    message: format!("no job {}", r.id),
-                    retry_after_ms: None,
-                }),
-                AckItemOutcome::Refused => {
-                    let (code, message) = r
-                        .error
-                        .map(|e| (e.code, e.message))
-                        .unwrap_or_else(|| ("refused".into(), String::new()));
-                    Err(Error::Http {
-                        status: 400,
-                        code,
-                        message,
-                        retry_after_ms: None,
-                    })
-                }
-            })
-            .collect())
+        let body = AckBatchRequest::from_pairs(acks);
+        self.post("/v1/jobs/ack", &body, "")
+            .await?
+            .expect::<AckBatchResponse>(None)?
+            .into_results(acks.len())
     }
 
     async fn nack(&self, job_id: &str, nack: &NackRequest, trace: &str) -> Result<NackResponse> {
         let path = format!("/v1/jobs/{}/nack", enc(job_id));
         self.post(&path, nack, trace).await?.expect(Some(job_id))
+    }
+
+    async fn nack_many(
+        &self,
+        nacks: &[(String, NackRequest)],
+    ) -> Result<Vec<Result<NackResponse>>> {
+        let body = NackBatchRequest::from_pairs(nacks);
+        self.post("/v1/jobs/nack", &body, "")
+            .await?
+            .expect::<NackBatchResponse>(None)?
+            .into_results(nacks.len())
     }
 
     async fn release(&self, job_id: &str, token: &str, trace: &str) -> Result<()> {
