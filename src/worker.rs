@@ -300,7 +300,7 @@ async fn embed_texts(
         cancel.check(&format!("embed after {done} of {total} texts"))?;
         let mut finished = done as u64;
         let results = p
-            .resolve_many(part, None, 0, |_, _| {
+            .resolve_many(part, None, |_, _| {
                 finished += 1;
                 if progress {
                     post_progress(id, "embed", finished, Some(total as u64));

@@ -217,33 +217,24 @@ impl<P: Ports> Pipeline<P> {
     /// Resolves many texts as one batch, answering one result per text in order. Their cache
     /// lookups start together (an adapter that groups reads, like the IndexedDB cache, answers
     /// them in one transaction, and writes likewise), misses are embedded one after the other on
-    /// this thread, and one text's failure does not fail the others. At most `chunk` texts are
-    /// in progress at once (0 means all); `each` is called as each text finishes, with its index.
+    /// this thread, and one text's failure does not fail the others. `each` is called as each
+    /// text finishes, with its index. The caller bounds the batch (the browser worker sends
+    /// chunks of 256).
     pub async fn resolve_many(
         &self,
         texts: &[String],
         model_id: Option<&str>,
-        chunk: usize,
         each: impl FnMut(usize, &Result<Resolved>),
     ) -> Vec<Result<Resolved>> {
-        let chunk = if chunk == 0 {
-            texts.len().max(1)
-        } else {
-            chunk
-        };
         let each = RefCell::new(each);
-        let mut out = Vec::with_capacity(texts.len());
-        for (c, part) in texts.chunks(chunk).enumerate() {
-            let each = &each;
-            let resolving = part.iter().enumerate().map(|(i, t)| async move {
-                let trace = TraceParent::new_root(&self.rng).header();
-                let r = self.resolve(t, model_id, &trace).await;
-                (each.borrow_mut())(c * chunk + i, &r);
-                r
-            });
-            out.extend(futures_util::future::join_all(resolving).await);
-        }
-        out
+        let each = &each;
+        let resolving = texts.iter().enumerate().map(|(i, t)| async move {
+            let trace = TraceParent::new_root(&self.rng).header();
+            let r = self.resolve(t, model_id, &trace).await;
+            (each.borrow_mut())(i, &r);
+            r
+        });
+        futures_util::future::join_all(resolving).await
     }
 
     /// `guard`: what makes this worker the only one embedding the text (see [`SingleFlight`]).

@@ -186,8 +186,13 @@ impl<P: Ports> Pipeline<P> {
                 }
                 Event::Waiting(flow) => {
                     // Let the acks (nacks) of jobs finishing together join (for the linger time,
-                    // or until every job in flight is waiting on one), then send them as one.
-                    let all = in_flight;
+                    // or until every job in flight whose ack is not already on its way waits on
+                    // one), then send them as one.
+                    let on_the_way = match flow {
+                        Flow::Acks => self.acks.outstanding().saturating_sub(self.acks.len()),
+                        Flow::Nacks => self.nacks.outstanding().saturating_sub(self.nacks.len()),
+                    };
+                    let all = in_flight.saturating_sub(on_the_way);
                     tasks.push(Box::pin(async move {
                         let linger = self.adapters.clock.sleep(self.cfg.ack_linger_ms);
                         let everyone = async {

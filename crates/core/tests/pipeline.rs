@@ -107,7 +107,7 @@ fn resolve_many_answers_in_order_and_one_failure_fails_only_its_text() {
     let mut seen = Vec::new();
     let first = rig
         .clock
-        .run(p.resolve_many(&texts, None, 2, |i, r| seen.push((i, r.is_ok()))));
+        .run(p.resolve_many(&texts, None, |i, r| seen.push((i, r.is_ok()))));
     assert_eq!(first.len(), 4);
     for (t, r) in texts.iter().zip(&first) {
         match r {
@@ -125,7 +125,7 @@ fn resolve_many_answers_in_order_and_one_failure_fails_only_its_text() {
     assert_eq!(seen, [(0, true), (1, true), (2, false), (3, true)]);
     // The same batch again: every valid text is a local hit, nothing embedded again.
     let calls = rig.engine.calls.get();
-    let again = rig.clock.run(p.resolve_many(&texts, None, 0, |_, _| {}));
+    let again = rig.clock.run(p.resolve_many(&texts, None, |_, _| {}));
     assert_eq!(rig.engine.calls.get(), calls);
     let sources: Vec<_> = again
         .iter()
