@@ -1,7 +1,7 @@
 // Benchmark of the worker pipeline in headless Chromium, against a real `ternflow serve`.
 // Build first: scripts/build-pkg.sh && cargo build --release -p ternflow-cli
 // Run:         node bench/worker.mjs [--model FILE] [--n 300] [--concurrency C (default: the worker's, 64)] [--workers N]
-// Prints: bare-engine vs end-to-end queue throughput with one worker each (0 %, 100 % local and
+// Prints: bare-engine vs end-to-end queue throughput with one worker each (0 %, 50 % remote, 100 % local and
 // 100 % remote hits), local hit latency (same
 // worker, and read from IndexedDB after a reload) vs a miss's, wasm memory after the model loads, and the cold start.
 import { createServer } from "node:http";
