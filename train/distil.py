@@ -125,6 +125,8 @@ def main():
                     help="checkpoint and exit after this many minutes of training (a pilot of the same "
                          "schedule; continue it with --resume)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--domain-weight", default="",
+                    help="sampling multipliers per pool domain, e.g. faq=8,queries=1.5 (default: uniform over texts)")
     args = ap.parse_args()
     run_dir = os.path.join(WORK, args.run)
     os.makedirs(run_dir, exist_ok=True)
@@ -136,8 +138,19 @@ def main():
         has_tok[start:start + len(off) - 1] = True
     buckets = TR.make_buckets(ids)
     bkeys = list(buckets)
-    bprob = np.array([len(buckets[b]) for b in bkeys], np.float64)
+    # per-text sampling weight: 1, or the --domain-weight multiplier of its domain
+    dw = dict((k, float(v)) for k, v in (kv.split("=") for kv in args.domain_weight.split(",") if kv))
+    unknown = set(dw) - set(doms)
+    if unknown:
+        sys.exit(f"--domain-weight names domains not in the pool: {sorted(unknown)}")
+    w = np.array([dw.get(d, 1.0) for d in doms], np.float64)
+    bcum = {b: np.cumsum(w[buckets[b]]) for b in bkeys}
+    bprob = np.array([bcum[b][-1] for b in bkeys], np.float64)
     bprob /= bprob.sum()
+
+    def draw(b, n):
+        c = bcum[b]
+        return buckets[b][np.minimum(np.searchsorted(c, rng.random_sample(n) * c[-1], side="right"), len(c) - 1)]
     dev = [l.rstrip("\n").split("\t", 1) for l in open(os.path.join(WORK, "dev.tsv"), encoding="utf-8")]
     dev_dom = np.array([d for d, _ in dev])
     dev_ids = [e.ids for e in tok.encode_batch([t for _, t in dev])]
@@ -268,7 +281,7 @@ def main():
         ts = time.time()
         lr = lr_at(progress(step, train_time))
         b = bkeys[rng.choice(len(bkeys), p=bprob)]
-        idx = buckets[b][rng.randint(0, len(buckets[b]), args.batch)]
+        idx = draw(b, args.batch) if dw else buckets[b][rng.randint(0, len(buckets[b]), args.batch)]
         a, m = TR.pad([ids[k] for k in idx], b)
         tt, tm = token_targets(idx, b)
         params, opt_state, loss, aux = train_step(params, opt_state, jnp.asarray(a), jnp.asarray(m),
