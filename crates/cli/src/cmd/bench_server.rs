@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use ternflow_core::protocol::{ClaimResponse, EmbedResponse};
+use ternflow_core::protocol::{
+    AckBatchRequest, AckItem, AckRequest, ClaimResponse, EmbedResponse, JobResult, ResultSource,
+};
 use ternflow_server::{
     AppState, Config, EngineEmbedder, MemoryStore, RedisStore, Role, SqliteStore, Store,
     Synchronous, Tokens,
@@ -137,7 +139,12 @@ async fn bench(args: Args) -> CmdResult {
         let (http, base, done) = (http.clone(), base.clone(), done.clone());
         let (target, claim, single) = (args.jobs as u64, args.claim, args.single_acks);
         tasks.push(tokio::spawn(async move {
-            let ack_result = json!({"model_id": "m", "vector": "AACAPw==", "source": "engine"});
+            // Typed bodies, as the workers send them (not `serde_json::Value` trees).
+            let ack_result = JobResult {
+                model_id: "m".to_owned(),
+                vector: vec![1.0f32].into(),
+                source: ResultSource::Engine,
+            };
             while done.load(Ordering::Relaxed) < target {
                 let r: ClaimResponse = http
                     .post(format!("{base}/v1/jobs/claim"))
@@ -152,15 +159,22 @@ async fn bench(args: Args) -> CmdResult {
                     continue;
                 }
                 if !single {
-                    let acks: Vec<serde_json::Value> = r
+                    let acks = r
                         .jobs
                         .iter()
-                        .map(|j| json!({"id": j.id, "token": j.lease.token, "result": ack_result}))
+                        .map(|j| AckItem {
+                            id: j.id.clone(),
+                            ack: AckRequest {
+                                token: j.lease.token.clone(),
+                                result: ack_result.clone(),
+                                cache: None,
+                            },
+                        })
                         .collect();
                     let resp = http
                         .post(format!("{base}/v1/jobs/ack"))
                         .bearer_auth(TOKEN)
-                        .json(&json!({ "acks": acks }))
+                        .json(&AckBatchRequest { acks })
                         .send()
                         .await?;
                     if !resp.status().is_success() {

@@ -3,6 +3,7 @@
 -- `n` followed by the reply's fields: {'1', fence, text} · {'2'} · {'0'} · {'-1'}.
 local retention = ARGV[2]
 local out = {}
+local finished = {}
 for i = 3, #ARGV, 3 do
   local id, token, result = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local k = p..':job:'..id
@@ -12,7 +13,7 @@ for i = 3, #ARGV, 3 do
   elseif h[1] == 'leased' and h[2] == token then
     redis.call('HSET', k, 'state', 'done', 'result', result, 'done_token', token)
     redis.call('HDEL', k, 'token', 'expires_at', 'fence')
-    redis.call('ZREM', p..':leased', id)
+    finished[#finished + 1] = id
     if retention ~= '' then
       redis.call('PEXPIRE', k, retention)
       redis.call('PEXPIRE', p..':hist:'..id, retention)
@@ -23,5 +24,8 @@ for i = 3, #ARGV, 3 do
   else
     out[#out + 1] = '1'; out[#out + 1] = '0'
   end
+end
+if #finished > 0 then
+  redis.call('ZREM', p..':leased', unpack(finished))
 end
 return out

@@ -30,26 +30,34 @@ for _, id in ipairs(dead) do out[#out+1] = id end
 for _, id in ipairs(expired) do out[#out+1] = id end
 if max > 0 then
   local popped = redis.call('ZPOPMIN', p..':ready', max)
+  -- one INCRBY draws the fences of the whole batch: base + 1 .. base + n, in claim order
+  local n = #popped / 2
+  local base = n > 0 and redis.call('INCRBY', p..':fence', n) - n or 0
+  local exp = now + lease
+  local leased = {}
   for i = 1, #popped, 2 do
     local id = popped[i]
     local k = p..':job:'..id
-    local fence = redis.call('INCR', p..':fence')
-    local attempt = redis.call('HINCRBY', k, 'attempt', 1)
+    local fence = base + (i + 1) / 2
+    local h = redis.call('HMGET', k, 'text', 'model_id', 'trace', 'meta', 'attempt')
+    local attempt = (tonumber(h[5]) or 0) + 1
     local token = ARGV[6 + (i + 1) / 2]
-    local exp = now + lease
-    redis.call('HSET', k, 'state', 'leased', 'token', token, 'fence', fence, 'expires_at', f(exp),
-      'worker', worker, 'leased_at', f(now))
-    redis.call('ZADD', p..':leased', f(exp), id)
-    local h = redis.call('HMGET', k, 'text', 'model_id', 'trace', 'meta')
+    redis.call('HSET', k, 'state', 'leased', 'attempt', attempt, 'token', token, 'fence', f(fence),
+      'expires_at', f(exp), 'worker', worker, 'leased_at', f(now))
+    leased[#leased + 1] = f(exp)
+    leased[#leased + 1] = id
     out[#out+1] = id
     out[#out+1] = h[1] or ''
     out[#out+1] = h[2] or ''
     out[#out+1] = tostring(attempt)
     out[#out+1] = h[3] or ''
     out[#out+1] = token
-    out[#out+1] = tostring(fence)
+    out[#out+1] = f(fence)
     out[#out+1] = f(exp)
     out[#out+1] = h[4] or ''
+  end
+  if #leased > 0 then
+    redis.call('ZADD', p..':leased', unpack(leased))
   end
 end
 return out

@@ -509,10 +509,10 @@ impl QueueStore for SqliteStore {
                 .map_err(db_err)?;
             }
             housekeeping(conn, c, max_attempts, now, &mut out)?;
-            type Ready = (String, String, String, u32, String, Option<String>);
+            type Ready = (i64, String, String, String, u32, String, Option<String>);
             let ready: Vec<Ready> = conn
                 .prepare_cached(
-                    "SELECT id, text, model_id, attempt, trace_id, meta FROM jobs \
+                    "SELECT rowid, id, text, model_id, attempt, trace_id, meta FROM jobs \
                      WHERE state = 'ready' ORDER BY priority DESC, seq LIMIT ?1",
                 )
                 .and_then(|mut st| {
@@ -524,25 +524,27 @@ impl QueueStore for SqliteStore {
                             r.get(3)?,
                             r.get(4)?,
                             r.get(5)?,
+                            r.get(6)?,
                         ))
                     })?
                     .collect()
                 })
                 .map_err(db_err)?;
+            // By rowid: the row was just read, so no second lookup through the id index.
             let mut lease = conn
                 .prepare_cached(
                     "UPDATE jobs SET state = 'leased', attempt = ?2, token = ?3, fence = ?4, \
-                     expires_at = ?5, worker = ?6, leased_at = ?7 WHERE id = ?1",
+                     expires_at = ?5, worker = ?6, leased_at = ?7 WHERE rowid = ?1",
                 )
                 .map_err(db_err)?;
             let expires_at = now + lease_ms;
-            for (id, text, model_id, attempt, trace_id, meta) in ready {
+            for (rowid, id, text, model_id, attempt, trace_id, meta) in ready {
                 let token = new_token();
                 let fence = c.next_fence();
                 let attempt = attempt + 1;
                 lease
                     .execute(params![
-                        id,
+                        rowid,
                         attempt,
                         token,
                         fence as i64,
@@ -565,6 +567,7 @@ impl QueueStore for SqliteStore {
                     meta: opt_json(meta)?,
                     cache_checked: false,
                     cached: None,
+                    resolved: false,
                 });
             }
             Ok(out)
