@@ -2,7 +2,7 @@
 // Build first: scripts/build-pkg.sh && cargo build --release -p ternflow-cli
 // Run:         node bench/worker.mjs [--model FILE] [--n 300] [--concurrency C (default: the worker's, 64)] [--workers N]
 // Prints: bare-engine vs end-to-end queue throughput with one worker each (0 %, 50 % remote, 100 % local and
-// 100 % remote hits), local hit latency (same
+// 100 % remote hits, and 0 % hits under producer-chosen job ids), local hit latency (same
 // worker, and read from IndexedDB after a reload) vs a miss's, wasm memory after the model loads, and the cold start.
 import { createServer } from "node:http";
 import { spawn, execFileSync } from "node:child_process";
@@ -128,10 +128,11 @@ try {
   // remote hits in a fresh worker (its local cache empty; the claim carries the server's entry).
   // Done when the server says every job is; each result's source says where its vector came from.
   const drain = async (w, prefix, list = queueTexts) => {
-    const jobs = list.map((text, i) => ({ id: prefix + i, text }));
+    // prefix null: default (content-addressed) job ids.
+    const jobs = list.map((text, i) => (prefix === null ? { text } : { id: prefix + i, text }));
     const r = await fetch(cfg.api + "/v1/jobs", { method: "POST", headers: auth, body: JSON.stringify({ jobs }) });
     if (!r.ok) throw new Error("enqueue: " + r.status + " " + await r.text());
-    const ids = jobs.map((j) => j.id);
+    const ids = (await r.json()).jobs.map((j) => j.id);
     const finished = await allFinished(ids);
     const t = performance.now();
     await w.start(cfg.concurrency ? { concurrency: cfg.concurrency } : {});
@@ -153,20 +154,40 @@ try {
     window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), idbBatchItem, queueMs, n: queueTexts.length, stats };
     throw "done";
   }
-  const localHits = await drain(q, "lh-" + runId + "-");
-  q.terminate();
+  // 100 % remote hits: the same texts under new job ids, a fresh worker (local cache empty). The
+  // server finds each text in its cache when the job is claimed and finishes it there ("resolved"):
+  // the worker only keeps the vectors locally and sends no ack.
+  await q.stop({ deadline: 5000 });
   const q2 = new EmbeddingWorker({ server: { url: cfg.api, token: cfg.token }, model: { url: "/model.bin" }, dbName: "bench-q2-" + Date.now() });
   await q2.ready;
   const remoteHits = await drain(q2, "rh-" + runId + "-");
   q2.terminate();
-  // 50 % hits: every other text already in the remote cache, the rest new (a fresh worker).
-  const halfTexts = queueTexts.map((t, i) => (i % 2 === 0 ? t : halfNew[i]));
+  // 100 % local hits: the first worker again (its IndexedDB holds every text), after the texts
+  // are removed from the server's cache, so the claim finds nothing and the worker its own copy.
+  const hex = (b) => Array.from(new Uint8Array(b), (x) => x.toString(16).padStart(2, "0")).join("").slice(0, 32);
+  const enc = new TextEncoder();
+  await Promise.all(queueTexts.map(async (t) => {
+    const key = raw.modelId + ":" + hex(await crypto.subtle.digest("SHA-256", enc.encode(t)));
+    const d = await fetch(cfg.api + "/v1/cache/" + key, { method: "DELETE", headers: auth });
+    if (!d.ok) throw new Error("cache DELETE " + key + ": " + d.status);
+  }));
+  const localHits = await drain(q, "lh-" + runId + "-");
+  q.terminate();
+  // 50 % hits: a fresh worker; every other text is in the server's cache (put there by another
+  // worker's embed(), so no job exists for it yet), the rest new; default (content) job ids.
+  const cachedHalf = halfNew.filter((_, i) => i % 2 === 0);
+  const filler = new EmbeddingWorker({ server: { url: cfg.api, token: cfg.token }, model: { url: "/model.bin" }, dbName: "bench-fill-" + Date.now() });
+  await filler.ready;
+  await filler.embedMany(cachedHalf);
+  filler.terminate();
   const q3 = new EmbeddingWorker({ server: { url: cfg.api, token: cfg.token }, model: { url: "/model.bin" }, dbName: "bench-q3-" + Date.now() });
   await q3.ready;
   await q3.embedMany(warm);
-  const halfHits = await drain(q3, "hh-" + runId + "-", halfTexts);
+  const halfHits = await drain(q3, null, halfNew);
+  // 0 % hits with producer-chosen job ids (their lease guards them, as it does default ids).
+  const explicitIds = await drain(q3, "ex-" + runId + "-", halfNew.map((t) => t + " x"));
   q3.terminate();
-  window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), idbBatchItem, queueMs, n: queueTexts.length, stats, localHits, remoteHits, halfHits };
+  window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), idbBatchItem, queueMs, n: queueTexts.length, stats, localHits, remoteHits, halfHits, explicitIds };
 } catch (e) { if (e !== "done") window.__error = String(e && e.stack || e); }
 </script>`;
 
@@ -211,10 +232,12 @@ try {
   if (r.localHits) {
   const lhRate = (r.n * 1000) / r.localHits.ms;
   const rhRate = (r.n * 1000) / r.remoteHits.ms;
-  console.log(`end-to-end queue at 100% local hits (same worker, same texts, new job ids): ${lhRate.toFixed(1)} jobs/s = ${((100 * lhRate) / rawRate).toFixed(1)}% of bare engine (results by source: ${src(r.localHits)})`);
+  console.log(`end-to-end queue at 100% local hits (same worker, same texts, new job ids, removed from the server's cache): ${lhRate.toFixed(1)} jobs/s = ${((100 * lhRate) / rawRate).toFixed(1)}% of bare engine (results by source: ${src(r.localHits)})`);
   const hhRate = (r.n * 1000) / r.halfHits.ms;
   console.log(`end-to-end queue at 50% remote hits (fresh worker, every other text cached): ${hhRate.toFixed(1)} jobs/s = ${((100 * hhRate) / rawRate).toFixed(1)}% of bare engine (results by source: ${src(r.halfHits)})`);
-  console.log(`end-to-end queue at 100% remote hits (fresh worker, the claim carries the cached vector): ${rhRate.toFixed(1)} jobs/s per worker (results by source: ${src(r.remoteHits)})`);
+  console.log(`end-to-end queue at 100% remote hits (fresh worker, the claim finishes each job from the server's cache): ${rhRate.toFixed(1)} jobs/s per worker (results by source: ${src(r.remoteHits)})`);
+  const exRate = (r.n * 1000) / r.explicitIds.ms;
+  console.log(`end-to-end queue at 0% hits with producer-chosen job ids: ${exRate.toFixed(1)} jobs/s = ${((100 * exRate) / rawRate).toFixed(1)}% of bare engine (results by source: ${src(r.explicitIds)})`);
   } else console.log("hit phases: measured with --workers 1 only");
   console.log(`local miss (embed + IndexedDB write): median ${r.missMedian.toFixed(3)} ms`);
   console.log(`local hit, same worker (memory layer over IndexedDB): median ${r.hitMedian.toFixed(3)} ms = ${(r.missMedian / r.hitMedian).toFixed(1)}x faster than a miss`);

@@ -9,7 +9,7 @@ use futures_util::future::{select, Either};
 use futures_util::pin_mut;
 
 use crate::error::{Error, Result};
-use crate::keys::{cache_key, job_id};
+use crate::keys::cache_key;
 use crate::lease_board::LeaseBoard;
 use crate::metrics::names;
 use crate::pipeline::{HeldLock, Pipeline, Ports, RemoteHint, SingleFlight};
@@ -74,6 +74,17 @@ impl<P: Ports> Pipeline<P> {
         }
     }
 
+    /// A job the server finished at claim from the remote cache (`resolved`): its vector goes
+    /// into the local cache, and that is all (no lease to keep, no ack to send).
+    pub(crate) async fn keep_resolved(&self, job: &ClaimedJob) {
+        self.metrics.inc(names::JOBS_DONE);
+        if let Some(e) = &job.cached {
+            self.metrics.inc(names::REMOTE_HITS);
+            self.local_put(&cache_key(&job.model_id, &job.text), &e.vector.0)
+                .await;
+        }
+    }
+
     async fn work(
         &self,
         job: &ClaimedJob,
@@ -111,12 +122,15 @@ impl<P: Ports> Pipeline<P> {
         trace: &str,
         held: &RefCell<Option<HeldLock>>,
     ) -> Result<ResultSource> {
-        let guard = if job.id == job_id(&job.model_id, &job.text) {
-            SingleFlight::Lease {
-                fence: job.lease.fence,
-            }
-        } else {
-            SingleFlight::Lock
+        // The lease is the single-flight guard of every queue job, whatever its id: one worker
+        // holds the job at a time, and the lease's fence (drawn from the lock fences' counter)
+        // orders its cache write, which rides on the ack. Two jobs with different ids and the
+        // same text, claimed before either finishes, may both embed it (wasted work, never a
+        // wrong cache: the newer fence wins); once one is done the claim of the other finds the
+        // text in the cache. A per-text lock here cost three requests per job (lock, PUT, unlock:
+        // 28 % of the bare engine, `bench/worker.mjs`).
+        let guard = SingleFlight::Lease {
+            fence: job.lease.fence,
         };
         let hint = match (&job.cached, job.cache_checked) {
             (Some(e), _) => RemoteHint::Present(e.clone()),
@@ -126,17 +140,12 @@ impl<P: Ports> Pipeline<P> {
         let r = self
             .resolve_with(&job.text, Some(&job.model_id), trace, held, guard, hint)
             .await?;
-        // The remote write-through of a lease-guarded job rides on its ack, fenced by the lease.
-        let cache = match guard {
-            SingleFlight::Lease { fence } if r.source != ResultSource::Remote => {
-                Some(AckCacheWrite {
-                    key: cache_key(&job.model_id, &job.text),
-                    fence,
-                    ttl_ms: Some(self.cfg.remote_ttl_ms),
-                })
-            }
-            _ => None,
-        };
+        // The remote write-through rides on the ack, fenced by the lease.
+        let cache = (r.source != ResultSource::Remote).then(|| AckCacheWrite {
+            key: cache_key(&job.model_id, &job.text),
+            fence: job.lease.fence,
+            ttl_ms: Some(self.cfg.remote_ttl_ms),
+        });
         let ack = AckRequest {
             cache,
             token: job.lease.token.clone(),

@@ -411,7 +411,7 @@ impl<P: Ports> Pipeline<P> {
         }
     }
 
-    async fn local_put(&self, key: &str, v: &[f32]) {
+    pub(crate) async fn local_put(&self, key: &str, v: &[f32]) {
         let now = self.adapters.clock.now_ms();
         let exp = now + jittered_ttl_ms(self.cfg.local_ttl_ms, self.cfg.ttl_jitter, &self.rng);
         if self.adapters.local.put(key, v, exp, now).await.is_err() {

@@ -159,6 +159,16 @@ pub struct ClaimedJob {
     /// The remote cache's live entry for this job's text at claim time, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached: Option<CacheEntry>,
+    /// The server already finished this job at claim time with `cached` (result source
+    /// `remote`, acked under this lease): the worker only keeps the vector in its local cache
+    /// and sends no ack (one sent anyway is answered as a repeat).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub resolved: bool,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// `POST /v1/jobs/claim` response (empty when the wait ran out).
@@ -428,13 +438,41 @@ pub struct AckResponse {
 }
 
 /// One ack of a [`AckBatchRequest`]: the single ack's body plus the job id.
+///
+/// Read through `AckItemWire` (the same JSON, flat): `#[serde(flatten)]` on the read side
+/// buffers every item through serde's generic content tree, which cost the server a measurable
+/// share of each batch ack.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "AckItemWire")]
 pub struct AckItem {
     /// Job id.
     pub id: String,
     /// The ack, as `POST /v1/jobs/{id}/ack` takes it.
     #[serde(flatten)]
     pub ack: AckRequest,
+}
+
+/// [`AckItem`] as it is read: its fields side by side.
+#[derive(Deserialize)]
+struct AckItemWire {
+    id: String,
+    token: String,
+    result: JobResult,
+    #[serde(default)]
+    cache: Option<AckCacheWrite>,
+}
+
+impl From<AckItemWire> for AckItem {
+    fn from(w: AckItemWire) -> Self {
+        AckItem {
+            id: w.id,
+            ack: AckRequest {
+                token: w.token,
+                result: w.result,
+                cache: w.cache,
+            },
+        }
+    }
 }
 
 /// `POST /v1/jobs/ack` body: many acks in one request (at most 256).

@@ -35,6 +35,8 @@ pub struct RunSummary {
 enum Event {
     Claimed(Result<Vec<ClaimedJob>>),
     Finished(String, JobOutcome),
+    /// A job the server resolved at claim is in the local cache.
+    Kept,
     Woken(Option<u64>),
     ClaimAgain,
     AckPushed,
@@ -95,9 +97,14 @@ impl<P: Ports> Pipeline<P> {
         let (mut in_flight, mut claim_pending, mut waiting, mut want_claim) =
             (0usize, false, false, true);
         let mut claim_failures = 0u32;
+        // Jobs the server resolved at claim, still being written to the local cache: they hold
+        // no lease and need no working slot (bounded apart, so claims of cache hits never wait
+        // on the engine's slots, nor pile up without limit).
+        let mut keeping = 0usize;
+        let keep_cap = 4 * conc;
         loop {
             let stopping = self.stop.is_stopped();
-            if stopping && in_flight == 0 && !claim_pending {
+            if stopping && in_flight == 0 && keeping == 0 && !claim_pending {
                 break;
             }
             // A job waiting on its (batched) ack needs no working slot: the next claim goes out
@@ -114,6 +121,7 @@ impl<P: Ports> Pipeline<P> {
                 && !claim_pending
                 && working < conc
                 && in_flight < held_cap
+                && keeping < keep_cap
                 && batch_ready
             {
                 let free = (conc - working).min(held_cap - in_flight) as u32;
@@ -145,6 +153,17 @@ impl<P: Ports> Pipeline<P> {
                     for job in jobs {
                         self.metrics.inc(names::JOBS_CLAIMED);
                         sum.claimed += 1;
+                        if job.resolved {
+                            // Finished by the server at claim (a remote cache hit): no lease to
+                            // keep, no ack to send; only the local cache to warm.
+                            keeping += 1;
+                            sum.done += 1;
+                            tasks.push(Box::pin(async move {
+                                self.keep_resolved(&job).await;
+                                Event::Kept
+                            }));
+                            continue;
+                        }
                         if stopping {
                             // Claimed while stopping: give it straight back.
                             self.hand_back(&job.id, &job.lease.token).await;
@@ -228,6 +247,7 @@ impl<P: Ports> Pipeline<P> {
                         self.metrics.set_gauge(gauges::QUEUE_DEPTH, d as f64);
                     }
                 }
+                Event::Kept => keeping -= 1,
                 Event::Finished(id, outcome) => {
                     in_flight -= 1;
                     board.forget(&id);
@@ -263,6 +283,11 @@ impl<P: Ports> Pipeline<P> {
                             if let Event::Claimed(r) = ev {
                                 for job in r.unwrap_or_default() {
                                     sum.claimed += 1;
+                                    if job.resolved {
+                                        // Already done on the server: nothing to hand back.
+                                        sum.done += 1;
+                                        continue;
+                                    }
                                     self.hand_back(&job.id, &job.lease.token).await;
                                     sum.handed_back += 1;
                                 }

@@ -665,6 +665,67 @@ fn queue_loop_runs_everything_with_bounded_concurrency_and_drains_on_stop() {
 }
 
 #[test]
+fn jobs_the_server_resolved_at_claim_are_kept_locally_and_never_acked() {
+    let rig = Rig::new();
+    rig.server.resolve_cached.set(true);
+    let p = rig.pipeline(Config {
+        concurrency: 4,
+        ..Config::default()
+    });
+    for i in 0..3 {
+        rig.server.put_cache(
+            &cache_key(MODEL, &format!("cached {i}")),
+            CacheEntry {
+                model_id: MODEL.into(),
+                vector: Vector(vec![0.6, 0.8]),
+                fence: 1,
+                expires_at: u64::MAX,
+            },
+        );
+    }
+    let ids: Vec<String> = (0..3)
+        .map(|i| rig.server.enqueue(MODEL, &format!("cached {i}")))
+        .chain([rig.server.enqueue(MODEL, "not cached")])
+        .collect();
+    let wake = Watchdog(rig.clock.clone());
+    let stopper = async {
+        while ids.iter().any(|id| rig.server.result(id).is_none()) {
+            rig.clock.sleep(1).await;
+        }
+        // let the loop take in what it has; the resolved jobs finish without any request
+        rig.clock.sleep(50).await;
+        p.stop.stop(rig.clock.now_ms() + 10_000);
+    };
+    let (sum, ()) = rig.clock.run(join(p.run_queue(&wake), stopper));
+    assert_eq!((sum.claimed, sum.done, sum.lost), (4, 4, 0), "{sum:?}");
+    // Only the miss was embedded and acked; every job was acked exactly once, the three hits
+    // by the claim itself.
+    assert_eq!(rig.engine.calls.get(), 1);
+    let counts = rig.server.ack_counts.borrow().clone();
+    assert!(
+        ids.iter().all(|id| counts.get(id) == Some(&1)),
+        "{counts:?}"
+    );
+    assert_eq!(
+        rig.server.acks_received.get(),
+        1,
+        "only the miss's ack was sent"
+    );
+    for (i, id) in ids.iter().enumerate().take(3) {
+        let key = cache_key(MODEL, &format!("cached {i}"));
+        let local = rig
+            .clock
+            .run(rig.local.get(&key, rig.clock.now_ms()))
+            .unwrap();
+        assert_eq!(local, Some(vec![0.6, 0.8]), "warmed locally");
+        let r = rig.server.result(id).unwrap();
+        assert_eq!(r.source, ResultSource::Remote);
+    }
+    assert_eq!(p.metrics.counter(names::REMOTE_HITS), 3);
+    assert_eq!(rig.server.cache_gets.get(), 0);
+}
+
+#[test]
 fn stop_deadline_hands_back_the_jobs_of_a_claim_still_on_its_way() {
     let rig = Rig::new();
     let p = rig.pipeline(Config {

@@ -30,6 +30,7 @@ counters! {
     jobs_duplicate: "Submitted jobs that already existed.",
     jobs_claimed: "Leases handed out.",
     jobs_acked: "Jobs finished.",
+    jobs_resolved_at_claim: "Jobs finished by the claim itself from the remote cache (no worker ack).",
     jobs_nacked: "Nacks received.",
     jobs_retried: "Jobs scheduled for re-delivery after a nack.",
     jobs_dead: "Jobs moved to the dead-letter queue.",

@@ -281,7 +281,49 @@ async fn cache_fences_and_invalidation() {
         (1_009_000..=1_011_000).contains(&exp),
         "ttl ± 10 % jitter: {exp}"
     );
-    // A job lease on the same text (a newer fence) writes through its ack...
+    // A claimed job whose text the cache holds is finished by the claim itself...
+    api.enqueue(json!({"jobs": [{"id": "hit", "text": "some text", "model_id": model}]}))
+        .await;
+    let c = api
+        .post(
+            Some(WORKER),
+            "/v1/jobs/claim",
+            json!({"worker": "w", "max": 1}),
+        )
+        .await;
+    let job = &c.json["jobs"][0];
+    assert_eq!(
+        (job["resolved"].clone(), job["cached"]["fence"].clone()),
+        (json!(true), json!(lock)),
+        "{}",
+        c.text
+    );
+    let r = api.get(Some(WORKER), "/v1/jobs/hit").await;
+    assert_eq!(
+        (r.json["state"].clone(), r.json["result"]["source"].clone()),
+        (json!("done"), json!("remote")),
+        "{}",
+        r.text
+    );
+    // ...and an ack sent anyway (a worker that predates `resolved`) is a harmless repeat.
+    let tok = job["lease"]["token"].as_str().unwrap();
+    let r = api
+        .post(Some(WORKER), "/v1/jobs/hit/ack", ack_body(tok))
+        .await;
+    assert_eq!(
+        (r.status, r.json["first"].clone()),
+        (StatusCode::OK, json!(false))
+    );
+    let r = api.get(Some(ADMIN), "/metrics").await;
+    assert!(
+        r.text.contains("ternflow_jobs_resolved_at_claim_total 1\n"),
+        "{}",
+        r.text
+    );
+    // Once the entry is gone (invalidated), a job lease on the same text (a newer fence)
+    // writes through its ack...
+    let r = api.delete(Some(ADMIN), &format!("/v1/cache/{key}")).await;
+    assert!(r.status.is_success(), "{}", r.text);
     api.enqueue(json!({"jobs": [{"id": "j", "text": "some text", "model_id": model}]}))
         .await;
     let c = api
@@ -291,6 +333,7 @@ async fn cache_fences_and_invalidation() {
             json!({"worker": "w", "max": 1}),
         )
         .await;
+    assert_eq!(c.json["jobs"][0]["resolved"], Value::Null, "{}", c.text);
     let lease = c.json["jobs"][0]["lease"].clone();
     let newer = lease["fence"].as_u64().unwrap();
     assert!(newer > lock);

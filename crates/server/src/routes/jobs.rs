@@ -8,10 +8,11 @@ use axum::http::StatusCode;
 use ternflow_core::keys;
 use ternflow_core::protocol::{
     AckBatchRequest, AckBatchResponse, AckItemOutcome, AckItemResult, AckRequest, AckResponse,
-    ClaimRequest, ClaimResponse, EnqueueRequest, EnqueueResponse, ErrorDetail,
+    ClaimRequest, ClaimResponse, ClaimedJob, EnqueueRequest, EnqueueResponse, ErrorDetail,
     HeartbeatBatchRequest, HeartbeatBatchResponse, HeartbeatItem, HeartbeatRequest,
-    HeartbeatResponse, JobState, JobStatus, NackBatchRequest, NackBatchResponse, NackItemOutcome,
-    NackItemResult, NackRequest, NackResponse, ReleaseRequest, StatusList, StatusRequest,
+    HeartbeatResponse, JobResult, JobState, JobStatus, NackBatchRequest, NackBatchResponse,
+    NackItemOutcome, NackItemResult, NackRequest, NackResponse, ReleaseRequest, ResultSource,
+    StatusList, StatusRequest,
 };
 use ternflow_core::trace::TraceParent;
 
@@ -174,10 +175,18 @@ pub(crate) async fn claim(
                         j.model_id = m.clone();
                     }
                 }
-                // Look the text up in the cache now, so the worker needs no GET of its own.
-                // Best effort: a failed lookup leaves `cache_checked` false and the worker asks.
+            }
+            // Look every text up in the cache now (all at once: the store pipelines them), so
+            // the worker needs no GET of its own. Best effort: a failed lookup leaves
+            // `cache_checked` false and the worker asks.
+            let lookups = jobs.iter().map(|j| {
                 let key = ternflow_core::keys::cache_key(&j.model_id, &j.text);
-                if let Ok(entry) = state.store.cache_get(&key, now).await {
+                let store = &state.store;
+                async move { store.cache_get(&key, now).await }
+            });
+            let entries = futures_util::future::join_all(lookups).await;
+            for (j, entry) in jobs.iter_mut().zip(entries) {
+                if let Ok(entry) = entry {
                     m.add(
                         |c| {
                             if entry.is_some() {
@@ -191,6 +200,9 @@ pub(crate) async fn claim(
                     j.cache_checked = true;
                     j.cached = entry;
                 }
+            }
+            resolve_cached(&state, &mut jobs, now).await;
+            for j in &mut jobs {
                 let span = format!("{:016x}", rand::random::<u64>().max(1));
                 j.traceparent = format!("00-{}-{span}-01", j.traceparent);
                 tracing::info!(job = %j.id, traceparent = %j.traceparent, worker = %req.worker,
@@ -207,6 +219,62 @@ pub(crate) async fn claim(
             _ = shutdown.changed() => {}
         }
     }
+}
+
+/// Finishes, under their new leases, the claimed jobs whose text the cache already holds for
+/// their model (result source `remote`), and flags them `resolved`: the worker then only warms
+/// its local cache and sends no ack, so a cache hit costs no ack request and its vector crosses
+/// the network once. Best effort: on a store error the jobs stay leased and the worker acks
+/// them as before.
+async fn resolve_cached(state: &AppState, jobs: &mut [ClaimedJob], now: u64) {
+    let hits: Vec<usize> = (0..jobs.len())
+        .filter(|&i| {
+            jobs[i]
+                .cached
+                .as_ref()
+                .is_some_and(|e| e.model_id == jobs[i].model_id && !e.vector.0.is_empty())
+        })
+        .collect();
+    if hits.is_empty() {
+        return;
+    }
+    let inputs = hits
+        .iter()
+        .filter_map(|&i| {
+            let j = &jobs[i];
+            let e = j.cached.as_ref()?;
+            Some(AckInput {
+                id: j.id.clone(),
+                token: j.lease.token.clone(),
+                result: JobResult {
+                    model_id: e.model_id.clone(),
+                    vector: e.vector.clone(),
+                    source: ResultSource::Remote,
+                },
+            })
+        })
+        .collect();
+    let outcomes = match state.store.ack_many(inputs, now).await {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::warn!(error = %e, "resolving cached jobs at claim");
+            return;
+        }
+    };
+    let mut done_ids = Vec::new();
+    for (&i, outcome) in hits.iter().zip(outcomes) {
+        if let AckOutcome::Done { .. } = outcome {
+            let j = &mut jobs[i];
+            j.resolved = true;
+            state.metrics.job_acked(&j.id, ResultSource::Remote, now);
+            done_ids.push(j.id.clone());
+        }
+    }
+    let done = done_ids.len() as u64;
+    state.metrics.add(|c| &c.jobs_acked, done);
+    state.metrics.add(|c| &c.jobs_resolved_at_claim, done);
+    state.metrics.record_acks(now, done);
+    publish_finished(state, done_ids, Vec::new()).await;
 }
 
 pub(crate) async fn heartbeat(

@@ -357,6 +357,7 @@ impl QueueStore for MemoryStore {
                 meta: j.meta.clone(),
                 cache_checked: false,
                 cached: None,
+                resolved: false,
             });
             g.put_job(j);
         }

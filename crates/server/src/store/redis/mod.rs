@@ -353,6 +353,7 @@ impl QueueStore for RedisStore {
                 meta: meta_of(&c[8])?,
                 cache_checked: false,
                 cached: None,
+                resolved: false,
             });
         }
         Ok(Claimed {
