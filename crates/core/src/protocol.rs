@@ -63,7 +63,11 @@ impl NewJob {
 }
 
 /// `POST /v1/jobs` body: one job, or `{ "jobs": [...] }`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Read in one pass by a hand-written [`Deserialize`]: `#[serde(untagged)]` would first copy the
+/// whole body (a thousand jobs) into serde's generic content tree and then try each variant on
+/// it, and answer a malformed body with "did not match any variant" instead of what is wrong.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum EnqueueRequest {
     /// A batch.
@@ -73,6 +77,54 @@ pub enum EnqueueRequest {
     },
     /// A single job.
     One(NewJob),
+}
+
+impl<'de> Deserialize<'de> for EnqueueRequest {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = EnqueueRequest;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a job object or {\"jobs\": [...]}")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> std::result::Result<EnqueueRequest, A::Error> {
+                use serde::de::Error as _;
+                let mut jobs: Option<Vec<NewJob>> = None;
+                let mut one = NewJob::text(String::new());
+                let mut text = false;
+                while let Some(k) = m.next_key::<std::borrow::Cow<'de, str>>()? {
+                    match &*k {
+                        "jobs" => jobs = Some(m.next_value()?),
+                        "text" => {
+                            one.text = m.next_value()?;
+                            text = true;
+                        }
+                        "id" => one.id = m.next_value()?,
+                        "model_id" => one.model_id = m.next_value()?,
+                        "priority" => one.priority = m.next_value()?,
+                        "delay_ms" => one.delay_ms = m.next_value()?,
+                        "meta" => one.meta = m.next_value()?,
+                        // Unknown fields are ignored, as everywhere in the protocol.
+                        _ => {
+                            m.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                match (jobs, text) {
+                    (Some(jobs), false) => Ok(EnqueueRequest::Batch { jobs }),
+                    (Some(_), true) => Err(A::Error::custom(
+                        "a body is one job or {\"jobs\": [...]}, not both",
+                    )),
+                    (None, true) => Ok(EnqueueRequest::One(one)),
+                    (None, false) => Err(A::Error::missing_field("text")),
+                }
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 impl EnqueueRequest {
@@ -860,6 +912,32 @@ mod tests {
         let v = serde_json::to_value(&dead).unwrap();
         assert_eq!(v["state"], "dead");
         assert_eq!(serde_json::from_value::<JobStatus>(v).unwrap(), dead);
+    }
+
+    #[test]
+    fn enqueue_bodies_read_in_one_pass() {
+        let one: EnqueueRequest =
+            serde_json::from_str(r#"{"text": "a", "priority": 2, "x": [1]}"#).unwrap();
+        let mut want = NewJob::text("a");
+        want.priority = Some(2);
+        assert_eq!(one, EnqueueRequest::One(want));
+        let batch: EnqueueRequest =
+            serde_json::from_str(r#"{"jobs": [{"text": "a"}, {"text": "b", "id": "j"}]}"#).unwrap();
+        let jobs = batch.clone().into_jobs();
+        assert_eq!(jobs.len(), 2);
+        assert_eq!(jobs[1].id.as_deref(), Some("j"));
+        // Written and read back unchanged.
+        let back: EnqueueRequest =
+            serde_json::from_str(&serde_json::to_string(&batch).unwrap()).unwrap();
+        assert_eq!(back, batch);
+        let e = serde_json::from_str::<EnqueueRequest>(r#"{"priority": 1}"#).unwrap_err();
+        assert!(e.to_string().contains("missing field `text`"), "{e}");
+        let e = serde_json::from_str::<EnqueueRequest>(r#"{"jobs": [{"txt": "a"}]}"#).unwrap_err();
+        assert!(e.to_string().contains("missing field `text`"), "{e}");
+        let e = serde_json::from_str::<EnqueueRequest>(r#"{"text": "a", "jobs": []}"#).unwrap_err();
+        assert!(e.to_string().contains("not both"), "{e}");
+        assert!(serde_json::from_str::<EnqueueRequest>(r#"{"text": 5}"#).is_err());
+        assert!(serde_json::from_str::<EnqueueRequest>("[]").is_err());
     }
 
     #[test]

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use ternflow_core::protocol::{
-    AckBatchRequest, AckItem, AckRequest, ClaimResponse, EmbedResponse, JobResult, ResultSource,
+    AckBatchRequest, AckItem, AckRequest, ClaimResponse, EmbedResponse, EnqueueRequest, JobResult,
+    NewJob, ResultSource,
 };
 use ternflow_server::{
     AppState, Config, EngineEmbedder, MemoryStore, RedisStore, Role, SqliteStore, Store,
@@ -111,14 +112,14 @@ async fn bench(args: Args) -> CmdResult {
     // Enqueue.
     let t = Instant::now();
     for chunk in (0..args.jobs).collect::<Vec<_>>().chunks(1_000) {
-        let jobs: Vec<_> = chunk
+        let jobs = chunk
             .iter()
-            .map(|i| json!({ "text": format!("job {i} {}", std::process::id()) }))
+            .map(|i| NewJob::text(format!("job {i} {}", std::process::id())))
             .collect();
         let r = http
             .post(format!("{base}/v1/jobs"))
             .bearer_auth(TOKEN)
-            .json(&json!({ "jobs": jobs }))
+            .json(&EnqueueRequest::Batch { jobs })
             .send()
             .await?;
         if !r.status().is_success() {

@@ -176,17 +176,15 @@ pub(crate) async fn claim(
                     }
                 }
             }
-            // Look every text up in the cache now (all at once: the store pipelines them), so
-            // the worker needs no GET of its own. Best effort: a failed lookup leaves
-            // `cache_checked` false and the worker asks.
-            let lookups = jobs.iter().map(|j| {
-                let key = ternflow_core::keys::cache_key(&j.model_id, &j.text);
-                let store = &state.store;
-                async move { store.cache_get(&key, now).await }
-            });
-            let entries = futures_util::future::join_all(lookups).await;
-            for (j, entry) in jobs.iter_mut().zip(entries) {
-                if let Ok(entry) = entry {
+            // Look every text up in the cache now (one store step), so the worker needs no
+            // GET of its own. Best effort: a failed lookup leaves `cache_checked` false and the
+            // worker asks.
+            let keys: Vec<String> = jobs
+                .iter()
+                .map(|j| ternflow_core::keys::cache_key(&j.model_id, &j.text))
+                .collect();
+            if let Ok(entries) = state.store.cache_get_many(&keys, now).await {
+                for (j, entry) in jobs.iter_mut().zip(entries) {
                     m.add(
                         |c| {
                             if entry.is_some() {

@@ -457,6 +457,18 @@ async fn cache_fences_and_ttl<S: Store>(s: S) {
         s.cache_get("k", T0).await.unwrap(),
         Some(entry(5, T0 + 1_000))
     );
+    // Many keys in one step: in order, absent ones and expired ones as None.
+    let keys = ["nope".to_owned(), "k".to_owned(), "k".to_owned()];
+    assert_eq!(
+        s.cache_get_many(&keys, T0).await.unwrap(),
+        vec![None, Some(entry(5, T0 + 1_000)), Some(entry(5, T0 + 1_000))]
+    );
+    assert_eq!(
+        s.cache_get_many(&keys, T0 + 1_000).await.unwrap(),
+        vec![None, None, None],
+        "expired"
+    );
+    assert!(s.cache_get_many(&[], T0).await.unwrap().is_empty());
     assert_eq!(
         s.cache_put("k", entry(3, T0 + 1_000), Fenced::ByLease, T0)
             .await

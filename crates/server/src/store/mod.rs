@@ -225,6 +225,16 @@ pub trait CacheStore: Send + Sync + std::fmt::Debug + 'static {
     /// A live cache entry.
     async fn cache_get(&self, key: &str, now: u64) -> Result<Option<CacheEntry>>;
 
+    /// The live entries of many keys, in order, in one store step where the store has one (the
+    /// claim looks up every job it hands out). By default one [`CacheStore::cache_get`] each.
+    async fn cache_get_many(&self, keys: &[String], now: u64) -> Result<Vec<Option<CacheEntry>>> {
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            out.push(self.cache_get(k, now).await?);
+        }
+        Ok(out)
+    }
+
     /// Writes `entry` unless a live entry with a newer fence is stored. With
     /// [`Fenced::ByLock`], only when a live lock on `key` carries `entry.fence` (the server
     /// issued that fence for this key); otherwise [`PutOutcome::Unfenced`].

@@ -628,34 +628,58 @@ impl QueueStore for RedisStore {
     }
 }
 
+/// The fields of a cache entry's hash, in the order [`cache_entry`] reads them.
+const CACHE_FIELDS: [&str; 4] = ["model_id", "vector", "fence", "expires_at"];
+
+/// A cache entry from its hash's [`CACHE_FIELDS`]; `None` when absent or expired.
+fn cache_entry(h: Vec<Option<String>>, now: u64) -> Result<Option<CacheEntry>> {
+    let [Some(model_id), Some(vector), Some(fence), Some(exp)] =
+        <[Option<String>; 4]>::try_from(h).unwrap_or_default()
+    else {
+        return Ok(None);
+    };
+    let expires_at: u64 = parse(&exp, "expiry")?;
+    if expires_at <= now {
+        return Ok(None);
+    }
+    Ok(Some(CacheEntry {
+        model_id,
+        vector: Vector(
+            ternflow_core::codec::decode_vector(&vector)
+                .map_err(|e| Error::Store(format!("redis: bad vector: {e}")))?,
+        ),
+        fence: parse(&fence, "fence")?,
+        expires_at,
+    }))
+}
+
 #[async_trait]
 impl CacheStore for RedisStore {
     async fn cache_get(&self, key: &str, now: u64) -> Result<Option<CacheEntry>> {
         let mut con = self.con.clone();
         let h: Vec<Option<String>> = redis::cmd("HMGET")
             .arg(self.key("cache", key))
-            .arg(&["model_id", "vector", "fence", "expires_at"])
+            .arg(&CACHE_FIELDS)
             .query_async(&mut con)
             .await
             .map_err(store_err)?;
-        let [Some(model_id), Some(vector), Some(fence), Some(exp)] =
-            <[Option<String>; 4]>::try_from(h).unwrap_or_default()
-        else {
-            return Ok(None);
-        };
-        let expires_at: u64 = parse(&exp, "expiry")?;
-        if expires_at <= now {
-            return Ok(None);
+        cache_entry(h, now)
+    }
+
+    async fn cache_get_many(&self, keys: &[String], now: u64) -> Result<Vec<Option<CacheEntry>>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
         }
-        Ok(Some(CacheEntry {
-            model_id,
-            vector: Vector(
-                ternflow_core::codec::decode_vector(&vector)
-                    .map_err(|e| Error::Store(format!("redis: bad vector: {e}")))?,
-            ),
-            fence: parse(&fence, "fence")?,
-            expires_at,
-        }))
+        // One pipelined round trip for every key.
+        let mut pipe = redis::pipe();
+        for k in keys {
+            pipe.cmd("HMGET")
+                .arg(self.key("cache", k))
+                .arg(&CACHE_FIELDS);
+        }
+        let mut con = self.con.clone();
+        let rows: Vec<Vec<Option<String>>> = pipe.query_async(&mut con).await.map_err(store_err)?;
+        rows.into_iter().map(|h| cache_entry(h, now)).collect()
     }
 
     async fn cache_put(

@@ -833,6 +833,13 @@ impl CacheStore for SqliteStore {
         self.read(move |conn| live_entry(conn, &key, now)).await
     }
 
+    async fn cache_get_many(&self, keys: &[String], now: u64) -> Result<Vec<Option<CacheEntry>>> {
+        let keys = keys.to_vec();
+        // One trip to the reader thread for the lot (each lookup one statement).
+        self.read(move |conn| keys.iter().map(|k| live_entry(conn, k, now)).collect())
+            .await
+    }
+
     async fn cache_put(
         &self,
         key: &str,
