@@ -263,6 +263,52 @@ async fn queue_jobs_are_done_with_engine_vectors() {
 }
 
 #[wasm_bindgen_test]
+async fn queue_jobs_the_server_has_cached_are_finished_by_the_claim() {
+    let texts: Vec<String> = (0..4).map(|i| uniq(&format!("cached {i}"))).collect();
+    // Another worker's embed() puts the texts in the server's cache (no job exists for them).
+    let a = pipeline(&uniq("fill"), Config::default()).await;
+    let mut want = Vec::new();
+    for t in &texts {
+        want.push(a.resolve(t, None, "").await.unwrap().vector);
+    }
+    let ids = enqueue(&texts).await;
+    let b = pipeline(&uniq("resolved"), Config::default()).await;
+    let check = ids.clone();
+    run_until(&b, move || {
+        let check = check.clone();
+        Box::pin(async move {
+            for id in &check {
+                if job_state(id).await["state"] != "done" {
+                    return false;
+                }
+            }
+            true
+        })
+    })
+    .await;
+    for (id, v) in ids.iter().zip(&want) {
+        let st = job_state(id).await;
+        assert_eq!(
+            (st["state"].as_str(), st["result"]["source"].as_str()),
+            (Some("done"), Some("remote")),
+            "{st}"
+        );
+        let got =
+            ternflow_core::codec::decode_vector(st["result"]["vector"].as_str().unwrap()).unwrap();
+        assert_eq!(&got, v);
+    }
+    // The claim finished them: this worker embedded nothing and sent no ack, and its own
+    // IndexedDB now holds the vectors.
+    assert_eq!(b.metrics.counter(names::ENGINE_EMBEDS), 0);
+    assert_eq!(b.metrics.counter(names::ACK_BATCHES), 0);
+    assert_eq!(b.metrics.counter(names::JOBS_DONE), 4);
+    for (t, v) in texts.iter().zip(&want) {
+        let r = b.resolve(t, None, "").await.unwrap();
+        assert_eq!((r.source, &r.vector), (ResultSource::Local, v));
+    }
+}
+
+#[wasm_bindgen_test]
 async fn server_unreachable_for_a_while_then_back_loses_nothing() {
     let text = uniq("outage");
     let ids = enqueue(std::slice::from_ref(&text)).await;
