@@ -186,6 +186,23 @@ async fn run_until(
     join(p.run_queue(&wake), stopper).await;
 }
 
+/// Runs the queue loop until every job of `ids` is done.
+async fn run_until_done(p: &Pipeline<Browser>, ids: &[String]) {
+    let ids = ids.to_vec();
+    run_until(p, move || {
+        let check = ids.clone();
+        Box::pin(async move {
+            for id in &check {
+                if job_state(id).await["state"] != "done" {
+                    return false;
+                }
+            }
+            true
+        })
+    })
+    .await;
+}
+
 #[wasm_bindgen_test]
 async fn miss_then_local_hit_then_remote_hit_in_another_worker() {
     let text = uniq("three levels");
@@ -237,19 +254,7 @@ async fn queue_jobs_are_done_with_engine_vectors() {
         },
     )
     .await;
-    let check = ids.clone();
-    run_until(&p, move || {
-        let check = check.clone();
-        Box::pin(async move {
-            for id in &check {
-                if job_state(id).await["state"] != "done" {
-                    return false;
-                }
-            }
-            true
-        })
-    })
-    .await;
+    run_until_done(&p, &ids).await;
     let e = engine();
     for (id, text) in ids.iter().zip(&texts) {
         let st = job_state(id).await;
@@ -273,19 +278,7 @@ async fn queue_jobs_the_server_has_cached_are_finished_by_the_claim() {
     }
     let ids = enqueue(&texts).await;
     let b = pipeline(&uniq("resolved"), Config::default()).await;
-    let check = ids.clone();
-    run_until(&b, move || {
-        let check = check.clone();
-        Box::pin(async move {
-            for id in &check {
-                if job_state(id).await["state"] != "done" {
-                    return false;
-                }
-            }
-            true
-        })
-    })
-    .await;
+    run_until_done(&b, &ids).await;
     for (id, v) in ids.iter().zip(&want) {
         let st = job_state(id).await;
         assert_eq!(

@@ -284,19 +284,11 @@ async fn cache_fences_and_invalidation() {
     // A claimed job whose text the cache holds is finished by the claim itself...
     api.enqueue(json!({"jobs": [{"id": "hit", "text": "some text", "model_id": model}]}))
         .await;
-    let c = api
-        .post(
-            Some(WORKER),
-            "/v1/jobs/claim",
-            json!({"worker": "w", "max": 1}),
-        )
-        .await;
-    let job = &c.json["jobs"][0];
+    let job = &api.claim(1).await[0];
     assert_eq!(
         (job["resolved"].clone(), job["cached"]["fence"].clone()),
         (json!(true), json!(lock)),
-        "{}",
-        c.text
+        "{job}"
     );
     let r = api.get(Some(WORKER), "/v1/jobs/hit").await;
     assert_eq!(
@@ -326,15 +318,9 @@ async fn cache_fences_and_invalidation() {
     assert!(r.status.is_success(), "{}", r.text);
     api.enqueue(json!({"jobs": [{"id": "j", "text": "some text", "model_id": model}]}))
         .await;
-    let c = api
-        .post(
-            Some(WORKER),
-            "/v1/jobs/claim",
-            json!({"worker": "w", "max": 1}),
-        )
-        .await;
-    assert_eq!(c.json["jobs"][0]["resolved"], Value::Null, "{}", c.text);
-    let lease = c.json["jobs"][0]["lease"].clone();
+    let job = &api.claim(1).await[0];
+    assert_eq!(job["resolved"], Value::Null, "{job}");
+    let lease = job["lease"].clone();
     let newer = lease["fence"].as_u64().unwrap();
     assert!(newer > lock);
     let mut body = ack_body(lease["token"].as_str().unwrap());
