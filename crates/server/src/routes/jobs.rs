@@ -225,33 +225,30 @@ pub(crate) async fn claim(
 /// the network once. Best effort: on a store error the jobs stay leased and the worker acks
 /// them as before.
 async fn resolve_cached(state: &AppState, jobs: &mut [ClaimedJob], now: u64) {
-    let hits: Vec<usize> = (0..jobs.len())
-        .filter(|&i| {
-            jobs[i]
-                .cached
-                .as_ref()
-                .is_some_and(|e| e.model_id == jobs[i].model_id && !e.vector.0.is_empty())
+    // (index in `jobs`, the ack the server makes for it), built in one pass so the two stay
+    // aligned with the store's answers.
+    let (hits, inputs): (Vec<usize>, Vec<AckInput>) = jobs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, j)| {
+            let e = j.cached.as_ref()?;
+            (e.model_id == j.model_id && !e.vector.0.is_empty()).then(|| {
+                let input = AckInput {
+                    id: j.id.clone(),
+                    token: j.lease.token.clone(),
+                    result: JobResult {
+                        model_id: e.model_id.clone(),
+                        vector: e.vector.clone(),
+                        source: ResultSource::Remote,
+                    },
+                };
+                (i, input)
+            })
         })
-        .collect();
+        .unzip();
     if hits.is_empty() {
         return;
     }
-    let inputs = hits
-        .iter()
-        .filter_map(|&i| {
-            let j = &jobs[i];
-            let e = j.cached.as_ref()?;
-            Some(AckInput {
-                id: j.id.clone(),
-                token: j.lease.token.clone(),
-                result: JobResult {
-                    model_id: e.model_id.clone(),
-                    vector: e.vector.clone(),
-                    source: ResultSource::Remote,
-                },
-            })
-        })
-        .collect();
     let outcomes = match state.store.ack_many(inputs, now).await {
         Ok(o) => o,
         Err(e) => {
