@@ -54,7 +54,7 @@ pub async fn pipeline(
             (js_sys::Math::random() * 4_294_967_296.0) as u64
         );
     }
-    let client = HttpClient::new(
+    let client = crate::http::client(
         server.map(|s| s.url.as_str()),
         server.map_or("", |s| s.token.as_str()),
         &cfg.worker_id,

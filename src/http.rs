@@ -1,75 +1,41 @@
-//! The server's protocol over `fetch` (gloo-net): the queue, the remote cache, the locks and the
-//! backend embedder, all from one client holding the base URL and the bearer token.
+//! The transport of the server's protocol over `fetch` (gloo-net): the base URL, the bearer
+//! token (renewed from the page's `token()` before it expires and once on a 401) and the request
+//! timeout. What each answer means (409s, offline mode, per-item batch results) is
+//! `ternflow_core::server_client`'s.
 //!
-//! Status mapping: 409 on a lease or lock route is [`Error::LeaseLost`]; 409 on a cache put is a
-//! [`PutOutcome::Conflict`] carrying the stored entry; 409 on lock acquire means "held"; every
-//! other non-2xx is [`Error::Http`] with the protocol's code and `Retry-After`. A network failure
-//! is [`Error::Unreachable`]; no answer within the request timeout (`requestTimeoutMs`, plus the
-//! long-poll wait for a claim) is [`Error::Http`] with status 408 and code `timeout` (retryable),
-//! the request aborted. Without a server (offline mode) the remote cache always misses, locks
-//! are granted locally, and the queue and backend are unreachable.
+//! A network failure is [`Error::Unreachable`]; no answer within the request timeout
+//! (`requestTimeoutMs`, plus the long-poll wait for a claim) is [`Error::Http`] with status 408
+//! and code `timeout` (retryable), the request aborted.
 
 use std::cell::{Cell, RefCell};
-use std::ops::Deref;
 use std::rc::Rc;
 
-use gloo_net::http::{Request, RequestBuilder, Response};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-use ternflow_core::ports::{Embedder, JobSource, Locks, PutOutcome, RemoteCache};
-use ternflow_core::protocol::{
-    AckBatchRequest, AckBatchResponse, AckRequest, CacheEntry, CachePut, ClaimRequest,
-    ClaimResponse, ClaimedJob, EmbedRequest, EmbedResponse, ErrorBody, HeartbeatBatchRequest,
-    HeartbeatBatchResponse, HeartbeatRequest, HeartbeatResponse, Lease, LockGrant, LockRequest,
-    LockToken, NackBatchRequest, NackBatchResponse, NackRequest, NackResponse, ReleaseRequest,
-    WorkerMetrics,
-};
+use gloo_net::http::{Request, RequestBuilder};
+use ternflow_core::server_client::{Answer, ServerClient, Transport, Verb};
 use ternflow_core::{Error, Result};
 
-/// A client of one ternflow server (or none: offline mode). Cheap to clone: clones share one
-/// connection state, so one client serves as the queue, the cache, the locks and the backend.
-#[derive(Debug, Clone)]
-pub struct HttpClient {
-    inner: Rc<ClientInner>,
-}
+/// The worker's client of the server (or of none: offline mode): the protocol over [`Fetch`].
+/// Cheap to clone: clones share one state, so one client serves as the queue, the cache, the
+/// locks and the backend.
+pub type HttpClient = ServerClient<Fetch>;
 
-impl Deref for HttpClient {
-    type Target = ClientInner;
-    fn deref(&self) -> &ClientInner {
-        &self.inner
-    }
-}
-
-/// The shared state of an [`HttpClient`].
-pub struct ClientInner {
+/// Requests to one ternflow server over `fetch`.
+pub struct Fetch {
     base: RefCell<Option<String>>,
     token: RefCell<String>,
     /// The current token's `exp` (Unix s) when it is a JWT, read once when the token is set.
     token_exp: Cell<Option<u64>>,
     /// Where a fresh token comes from (the page's `token()` function), when it can be renewed.
     token_source: RefCell<Option<TokenSource>>,
-    worker: String,
-    backend_model: RefCell<Option<String>>,
-    /// The model this worker embeds with, named in claims (it fills in model-less jobs).
-    claim_model: RefCell<Option<String>>,
     /// Limit of one request, ms (`0`: none).
     timeout_ms: Cell<u64>,
 }
 
-#[derive(Clone, Copy)]
-enum Method {
-    Get,
-    Post,
-    Put,
-    Delete,
-}
-
-impl std::fmt::Debug for ClientInner {
+impl std::fmt::Debug for Fetch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never print the token.
-        f.debug_struct("ClientInner")
+        f.debug_struct("Fetch")
             .field("base", &self.base)
-            .field("worker", &self.worker)
             .field("renewable", &self.token_source.borrow().is_some())
             .finish_non_exhaustive()
     }
@@ -96,27 +62,22 @@ fn jwt_exp(token: &str) -> Option<u64> {
 /// Default limit of one request, ms.
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
 
-impl HttpClient {
-    /// A client of the server at `base` (e.g. `http://127.0.0.1:8787`), or offline with `None`.
-    pub fn new(base: Option<&str>, token: &str, worker: &str) -> Self {
-        HttpClient {
-            inner: Rc::new(ClientInner {
-                base: RefCell::new(base.map(|b| b.trim_end_matches('/').to_owned())),
-                token: RefCell::new(token.to_owned()),
-                token_exp: Cell::new(jwt_exp(token)),
-                token_source: RefCell::new(None),
-                worker: worker.to_owned(),
-                backend_model: RefCell::new(None),
-                claim_model: RefCell::new(None),
-                timeout_ms: Cell::new(DEFAULT_TIMEOUT_MS),
-            }),
-        }
-    }
+/// A client of the server at `base` (e.g. `http://127.0.0.1:8787`), or offline with `None`,
+/// claiming as `worker`.
+pub fn client(base: Option<&str>, token: &str, worker: &str) -> HttpClient {
+    ServerClient::new(Fetch::new(base, token), worker)
+}
 
-    /// Names `model` in this worker's claims: jobs enqueued without a model id are handed out
-    /// with it (the server's one rule for model-less jobs).
-    pub fn set_claim_model(&self, model: Option<String>) {
-        *self.claim_model.borrow_mut() = model;
+impl Fetch {
+    /// Requests to the server at `base`, or none.
+    pub fn new(base: Option<&str>, token: &str) -> Self {
+        Fetch {
+            base: RefCell::new(base.map(|b| b.trim_end_matches('/').to_owned())),
+            token: RefCell::new(token.to_owned()),
+            token_exp: Cell::new(jwt_exp(token)),
+            token_source: RefCell::new(None),
+            timeout_ms: Cell::new(DEFAULT_TIMEOUT_MS),
+        }
     }
 
     /// Whether a server is configured.
@@ -129,7 +90,7 @@ impl HttpClient {
         self.base.borrow().clone()
     }
 
-    /// Points every clone of this client at another server (or none). Used to fail over, and by
+    /// Points every clone of the client at another server (or none). Used to fail over, and by
     /// the tests to cut the network and bring it back.
     pub fn set_base(&self, base: Option<&str>) {
         *self.base.borrow_mut() = base.map(|b| b.trim_end_matches('/').to_owned());
@@ -145,7 +106,7 @@ impl HttpClient {
         self.token.borrow().clone()
     }
 
-    /// Replaces the bearer token (every clone of this client uses it from the next request).
+    /// Replaces the bearer token (every clone of the client uses it from the next request).
     pub fn set_token(&self, token: &str) {
         *self.token.borrow_mut() = token.to_owned();
         self.token_exp.set(jwt_exp(token));
@@ -191,16 +152,16 @@ impl HttpClient {
         }
     }
 
-    fn builder(&self, method: Method, path: &str, trace: &str) -> Result<RequestBuilder> {
+    fn builder(&self, verb: Verb, path: &str, trace: &str) -> Result<RequestBuilder> {
         let Some(base) = self.base() else {
             return Err(Error::Unreachable("no server configured".into()));
         };
         let url = format!("{base}{path}");
-        let mut rb = match method {
-            Method::Get => Request::get(&url),
-            Method::Post => Request::post(&url),
-            Method::Put => Request::put(&url),
-            Method::Delete => Request::delete(&url),
+        let mut rb = match verb {
+            Verb::Get => Request::get(&url),
+            Verb::Post => Request::post(&url),
+            Verb::Put => Request::put(&url),
+            Verb::Delete => Request::delete(&url),
         }
         .header("authorization", &format!("Bearer {}", self.token.borrow()));
         if !trace.is_empty() {
@@ -209,57 +170,49 @@ impl HttpClient {
         Ok(rb)
     }
 
-    async fn send<B: Serialize>(
+    /// One request, and once more with a renewed token after a 401 (with a token source; a
+    /// token about to expire is renewed first).
+    async fn send_renewing(
         &self,
-        method: Method,
+        verb: Verb,
         path: &str,
-        body: Option<&B>,
-        trace: &str,
-    ) -> Result<Response> {
-        self.send_waiting(method, path, body, trace, 0).await
-    }
-
-    /// [`send`](Self::send) for a request the server may hold for `wait_ms` (a long poll). With
-    /// a token source, a token about to expire is renewed first, and a 401 renews it and sends
-    /// the request once more.
-    async fn send_waiting<B: Serialize>(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<&B>,
+        body: Option<&[u8]>,
         trace: &str,
         wait_ms: u64,
-    ) -> Result<Response> {
+    ) -> Result<Answer> {
         self.renew_if_expiring().await;
-        let resp = self.send_once(method, path, body, trace, wait_ms).await?;
-        if resp.status() == 401 && self.renew_token().await {
-            return self.send_once(method, path, body, trace, wait_ms).await;
+        let a = self.send_once(verb, path, body, trace, wait_ms).await?;
+        if a.status == 401 && self.renew_token().await {
+            return self.send_once(verb, path, body, trace, wait_ms).await;
         }
-        Ok(resp)
+        Ok(a)
     }
 
-    async fn send_once<B: Serialize>(
+    /// One request and its whole answer, within the timeout (plus `wait_ms` for a long poll).
+    async fn send_once(
         &self,
-        method: Method,
+        verb: Verb,
         path: &str,
-        body: Option<&B>,
+        body: Option<&[u8]>,
         trace: &str,
         wait_ms: u64,
-    ) -> Result<Response> {
+    ) -> Result<Answer> {
         let limit = match self.timeout_ms.get() {
             0 => 0,
             ms => ms + wait_ms,
         };
         let deadline = crate::cancel::Deadline::new(limit);
         let rb = self
-            .builder(method, path, trace)?
+            .builder(verb, path, trace)?
             .abort_signal(deadline.signal().as_ref());
         let req = match body {
-            Some(b) => rb.json(b),
+            Some(b) => rb
+                .header("content-type", "application/json")
+                .body(js_sys::Uint8Array::from(b)),
             None => rb.build(),
         }
         .map_err(|e| Error::Protocol(e.to_string()))?;
-        req.send().await.map_err(|e| {
+        let failed = |e: gloo_net::Error| {
             if deadline.timed_out() {
                 Error::Http {
                     status: 408,
@@ -270,261 +223,37 @@ impl HttpClient {
             } else {
                 Error::Unreachable(e.to_string())
             }
-        })
-    }
-
-    async fn json<T: DeserializeOwned>(resp: Response) -> Result<T> {
-        resp.json::<T>()
-            .await
-            .map_err(|e| Error::Protocol(format!("bad response body: {e}")))
-    }
-
-    /// Turns a non-2xx response into [`Error::Http`] (with the cache entry of a 409, if any).
-    async fn failure(resp: Response) -> (Error, Option<CacheEntry>) {
+        };
+        let resp = req.send().await.map_err(failed)?;
         let status = resp.status();
         let retry_after_ms = resp
             .headers()
             .get("retry-after")
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(|s| s * 1000);
-        let (code, message, entry) = match resp.json::<ErrorBody>().await {
-            Ok(b) => (b.error.code, b.error.message, b.entry),
-            Err(_) => (format!("http_{status}"), String::new(), None),
-        };
-        (
-            Error::Http {
-                status,
-                code,
-                message,
-                retry_after_ms,
-            },
-            entry,
-        )
-    }
-
-    async fn expect_ok<T: DeserializeOwned>(resp: Response, lease_id: Option<&str>) -> Result<T> {
-        if resp.ok() {
-            return Self::json(resp).await;
-        }
-        let status = resp.status();
-        let (err, _) = Self::failure(resp).await;
-        match (status, lease_id) {
-            (409, Some(id)) => Err(Error::LeaseLost(id.to_owned())),
-            _ => Err(err),
-        }
-    }
-
-    /// Pushes a metrics snapshot (`POST /v1/metrics`).
-    ///
-    /// # Errors
-    /// When the server is unreachable or refuses the snapshot.
-    pub async fn push_metrics(&self, m: &WorkerMetrics) -> Result<()> {
-        let resp = self.send(Method::Post, "/v1/metrics", Some(m), "").await?;
-        if resp.ok() {
-            Ok(())
-        } else {
-            Err(Self::failure(resp).await.0)
-        }
+        let body = resp.binary().await.map_err(failed)?;
+        Ok(Answer {
+            status,
+            retry_after_ms,
+            body,
+        })
     }
 }
 
-fn enc(s: &str) -> String {
-    String::from(js_sys::encode_uri_component(s))
-}
-
-impl JobSource for HttpClient {
-    async fn claim(&self, max: u32, wait_ms: u64) -> Result<Vec<ClaimedJob>> {
-        let body = ClaimRequest {
-            worker: self.worker.clone(),
-            max,
-            wait_ms,
-            model_id: self.claim_model.borrow().clone(),
-        };
-        let resp = self
-            .send_waiting(Method::Post, "/v1/jobs/claim", Some(&body), "", wait_ms)
-            .await?;
-        Ok(Self::expect_ok::<ClaimResponse>(resp, None).await?.jobs)
+impl Transport for Fetch {
+    fn is_online(&self) -> bool {
+        Fetch::is_online(self)
     }
 
-    async fn heartbeat(&self, job_id: &str, token: &str, trace: &str) -> Result<Lease> {
-        let body = HeartbeatRequest {
-            token: token.to_owned(),
-        };
-        let path = format!("/v1/jobs/{}/heartbeat", enc(job_id));
-        let resp = self.send(Method::Post, &path, Some(&body), trace).await?;
-        Ok(Self::expect_ok::<HeartbeatResponse>(resp, Some(job_id))
-            .await?
-            .lease)
-    }
-
-    async fn ack(&self, job_id: &str, ack: &AckRequest, trace: &str) -> Result<()> {
-        let path = format!("/v1/jobs/{}/ack", enc(job_id));
-        let resp = self.send(Method::Post, &path, Some(ack), trace).await?;
-        Self::expect_ok::<serde_json::Value>(resp, Some(job_id)).await?;
-        Ok(())
-    }
-
-    async fn ack_many(&self, acks: &[(String, AckRequest)]) -> Result<Vec<Result<()>>> {
-        let body = AckBatchRequest::from_pairs(acks);
-        let resp = self
-            .send(Method::Post, "/v1/jobs/ack", Some(&body), "")
-            .await?;
-        Self::expect_ok::<AckBatchResponse>(resp, None)
-            .await?
-            .into_results(acks.len())
-    }
-
-    async fn heartbeat_many(&self, leases: &[(String, String)]) -> Result<Vec<Result<Lease>>> {
-        let body = HeartbeatBatchRequest::from_pairs(leases);
-        let resp = self
-            .send(Method::Post, "/v1/jobs/heartbeat", Some(&body), "")
-            .await?;
-        Self::expect_ok::<HeartbeatBatchResponse>(resp, None)
-            .await?
-            .into_results(leases.len())
-    }
-
-    async fn nack(&self, job_id: &str, nack: &NackRequest, trace: &str) -> Result<NackResponse> {
-        let path = format!("/v1/jobs/{}/nack", enc(job_id));
-        let resp = self.send(Method::Post, &path, Some(nack), trace).await?;
-        Self::expect_ok(resp, Some(job_id)).await
-    }
-
-    async fn nack_many(
+    async fn send(
         &self,
-        nacks: &[(String, NackRequest)],
-    ) -> Result<Vec<Result<NackResponse>>> {
-        let body = NackBatchRequest::from_pairs(nacks);
-        let resp = self
-            .send(Method::Post, "/v1/jobs/nack", Some(&body), "")
-            .await?;
-        Self::expect_ok::<NackBatchResponse>(resp, None)
-            .await?
-            .into_results(nacks.len())
-    }
-
-    async fn release(&self, job_id: &str, token: &str, trace: &str) -> Result<()> {
-        let body = ReleaseRequest {
-            token: token.to_owned(),
-        };
-        let path = format!("/v1/jobs/{}/release", enc(job_id));
-        let resp = self.send(Method::Post, &path, Some(&body), trace).await?;
-        if resp.ok() {
-            return Ok(());
-        }
-        let status = resp.status();
-        let (err, _) = Self::failure(resp).await;
-        match status {
-            409 => Err(Error::LeaseLost(job_id.to_owned())),
-            _ => Err(err),
-        }
-    }
-}
-
-impl RemoteCache for HttpClient {
-    async fn get(&self, key: &str, trace: &str) -> Result<Option<CacheEntry>> {
-        if !self.is_online() {
-            return Ok(None);
-        }
-        let path = format!("/v1/cache/{}", enc(key));
-        let resp = self.send::<()>(Method::Get, &path, None, trace).await?;
-        if resp.status() == 404 {
-            return Ok(None);
-        }
-        Self::expect_ok(resp, None).await.map(Some)
-    }
-
-    async fn put(&self, key: &str, put: &CachePut, trace: &str) -> Result<PutOutcome> {
-        if !self.is_online() {
-            return Ok(PutOutcome::Stored);
-        }
-        let path = format!("/v1/cache/{}", enc(key));
-        let resp = self.send(Method::Put, &path, Some(put), trace).await?;
-        if resp.ok() {
-            return Ok(PutOutcome::Stored);
-        }
-        let status = resp.status();
-        match Self::failure(resp).await {
-            (_, Some(entry)) if status == 409 => Ok(PutOutcome::Conflict(entry)),
-            (e, _) => Err(e),
-        }
-    }
-}
-
-impl Locks for HttpClient {
-    async fn acquire(&self, key: &str, ttl_ms: u64, trace: &str) -> Result<Option<LockGrant>> {
-        if !self.is_online() {
-            return Ok(Some(LockGrant {
-                token: "local".into(),
-                fence: 0,
-                expires_at: u64::MAX,
-            }));
-        }
-        let body = LockRequest {
-            ttl_ms: Some(ttl_ms),
-        };
-        let path = format!("/v1/locks/{}", enc(key));
-        let resp = self.send(Method::Post, &path, Some(&body), trace).await?;
-        if resp.status() == 409 {
-            return Ok(None);
-        }
-        Self::expect_ok(resp, None).await.map(Some)
-    }
-
-    async fn renew(&self, key: &str, token: &str, ttl_ms: u64, trace: &str) -> Result<LockGrant> {
-        if !self.is_online() {
-            return Ok(LockGrant {
-                token: token.to_owned(),
-                fence: 0,
-                expires_at: u64::MAX,
-            });
-        }
-        let body = LockToken {
-            token: token.to_owned(),
-            ttl_ms: Some(ttl_ms),
-        };
-        let path = format!("/v1/locks/{}/renew", enc(key));
-        let resp = self.send(Method::Post, &path, Some(&body), trace).await?;
-        Self::expect_ok(resp, Some(key)).await
-    }
-
-    async fn release(&self, key: &str, token: &str, trace: &str) -> Result<()> {
-        if !self.is_online() {
-            return Ok(());
-        }
-        let body = LockToken {
-            token: token.to_owned(),
-            ttl_ms: None,
-        };
-        let path = format!("/v1/locks/{}", enc(key));
-        let resp = self.send(Method::Delete, &path, Some(&body), trace).await?;
-        if resp.ok() || resp.status() == 409 {
-            // 409: it expired and someone else holds it now; nothing of ours to release.
-            Ok(())
-        } else {
-            Err(Self::failure(resp).await.0)
-        }
-    }
-}
-
-impl Embedder for HttpClient {
-    fn model_id(&self) -> Option<String> {
-        self.backend_model.borrow().clone()
-    }
-
-    async fn embed(&self, text: &str, trace: &str) -> Result<Vec<f32>> {
-        let body = EmbedRequest {
-            texts: vec![text.to_owned()],
-        };
-        let resp = self
-            .send(Method::Post, "/v1/embed", Some(&body), trace)
-            .await?;
-        let r: EmbedResponse = Self::expect_ok(resp, None).await?;
-        *self.backend_model.borrow_mut() = Some(r.model_id);
-        r.vectors
-            .into_iter()
-            .next()
-            .map(|v| v.0)
-            .ok_or_else(|| Error::Protocol("embed response without a vector".into()))
+        verb: Verb,
+        path: &str,
+        body: Option<Vec<u8>>,
+        trace: &str,
+        wait_ms: u64,
+    ) -> Result<Answer> {
+        self.send_renewing(verb, path, body.as_deref(), trace, wait_ms)
+            .await
     }
 }

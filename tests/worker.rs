@@ -12,7 +12,7 @@ use gloo_net::http::Request;
 use serde_json::{json, Value};
 use ternflow::clock::BrowserClock;
 use ternflow::engine_port::LocalEngine;
-use ternflow::http::HttpClient;
+use ternflow::http;
 use ternflow::idb::IdbCache;
 use ternflow::worker::{browser_pipeline, Browser};
 use ternflow_core::breaker::BreakerState;
@@ -522,7 +522,7 @@ async fn local_cache_evicts_at_its_size_bound() {
 #[wasm_bindgen_test]
 async fn fenced_cache_put_with_an_older_fence_is_refused_with_the_newer_entry() {
     let s = server();
-    let client = HttpClient::new(Some(&s.url), &s.token, "fence-test");
+    let client = http::client(Some(&s.url), &s.token, "fence-test");
     let e = engine();
     let model = e.model_id().unwrap();
     let key = cache_key(&model, &uniq("fenced"));

@@ -10,6 +10,8 @@
 //! - [`keys`]: job ids and cache keys (model id + text hash).
 //! - [`ports`]: the traits adapters implement (`JobSource`, `LocalCache`, `RemoteCache`, `Locks`,
 //!   `Embedder`, `Clock`, `Wakeups`).
+//! - [`server_client`]: those ports over the server's HTTP protocol, for any [`server_client::Transport`]
+//!   (the adapters only move bytes: `fetch` in the browser, `wasi:http` in the WASI worker).
 //! - [`pipeline`]: one text through local cache → remote cache → lock → engine or backend →
 //!   write-through; [`job`]: one claimed job with heartbeats, retries, ack or nack;
 //!   [`worker`]: the claim loop with bounded concurrency and graceful drain.
@@ -39,6 +41,7 @@ pub mod protocol;
 pub mod ratelimit;
 pub mod retry;
 pub mod rng;
+pub mod server_client;
 pub mod signal;
 pub mod trace;
 pub mod worker;

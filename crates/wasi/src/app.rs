@@ -11,7 +11,7 @@ use ternflow_core::{Adapters, Pipeline, Ports};
 
 use crate::clock::WasiClock;
 use crate::engine::InWasmEngine;
-use crate::http::HttpClient;
+use crate::http::{HttpClient, WasiHttp};
 use crate::settings::{ModelSource, Settings};
 
 /// The WASI adapter types.
@@ -72,10 +72,12 @@ pub async fn build(settings: &Settings, worker: &str) -> Result<(Pipeline<Wasi>,
         cfg.worker_id = format!("{worker}-{:08x}", random_u64() as u32);
     }
     let client = HttpClient::new(
-        settings.server.as_deref(),
-        &settings.token,
+        WasiHttp::new(
+            settings.server.as_deref(),
+            &settings.token,
+            settings.request_timeout_ms,
+        ),
         &cfg.worker_id,
-        settings.request_timeout_ms,
     );
     let engine = InWasmEngine::default();
     let memory_before_model = memory_bytes();
