@@ -237,6 +237,20 @@ impl AppState {
         }
     }
 
+    /// Every server counter by name, and `locks_held`: the map `GET /v1/stats` and the
+    /// dashboard show.
+    pub(crate) fn counter_map(&self) -> std::collections::BTreeMap<String, u64> {
+        let mut counters: std::collections::BTreeMap<String, u64> = self
+            .metrics
+            .counters
+            .list()
+            .into_iter()
+            .map(|(k, _, v)| (k.to_owned(), v))
+            .collect();
+        counters.insert("locks_held".to_owned(), self.locks_held());
+        counters
+    }
+
     /// Locks granted here that are live; expired ones count as leaked and are forgotten.
     pub(crate) fn locks_held(&self) -> u64 {
         let now = self.now();

@@ -115,14 +115,7 @@ pub(crate) async fn data(Ctx(state): Ctx, Query(q): Query<SinceQuery>) -> Result
     }
     let now = state.now();
     let queue = state.store.depth(now).await?;
-    let mut counters: BTreeMap<String, u64> = state
-        .metrics
-        .counters
-        .list()
-        .into_iter()
-        .map(|(k, _, v)| (k.to_owned(), v))
-        .collect();
-    counters.insert("locks_held".to_owned(), state.locks_held());
+    let mut counters = state.counter_map();
     let sources = state.metrics.acked_by_source();
     for (name, v) in ["engine", "backend", "local", "remote"].iter().zip(sources) {
         counters.insert(format!("acked_{name}"), v);

@@ -25,14 +25,7 @@ pub(crate) async fn prometheus(Ctx(state): Ctx) -> Result<impl IntoResponse> {
 pub(crate) async fn stats(Ctx(state): Ctx) -> Result<Json<Stats>> {
     let now = state.now();
     let queue = state.store.depth(now).await?;
-    let mut counters: std::collections::BTreeMap<String, u64> = state
-        .metrics
-        .counters
-        .list()
-        .into_iter()
-        .map(|(k, _, v)| (k.to_owned(), v))
-        .collect();
-    counters.insert("locks_held".to_owned(), state.locks_held());
+    let counters = state.counter_map();
     Ok(Json(Stats {
         queue,
         counters,
