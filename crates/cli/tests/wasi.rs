@@ -68,6 +68,17 @@ fn server(data: &Path, port: u16, extra: &[&str]) -> Server {
     )
 }
 
+/// A `ternflow serve` with the default model and `extra` flags, in a fresh temp dir that lives as
+/// long as the returned guard.
+fn model_server(extra: &[&str]) -> (tempfile::TempDir, Server) {
+    let dir = tempfile::tempdir().unwrap();
+    let model = model();
+    let mut args = vec!["--model", model.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let srv = server(&dir.path().join("data"), free_port(), &args);
+    (dir, srv)
+}
+
 /// One worker component under `wasmtime run`, its stdout lines collected.
 struct Worker {
     child: Child,
@@ -151,18 +162,7 @@ impl Worker {
 
     /// Waits for the process to exit, up to `secs`; its exit status must be success.
     fn exit_ok(&mut self, secs: u64) {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                assert!(st.success(), "worker exit status {st}");
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the worker did not exit within {secs} s"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        common::exits_ok(&mut self.child, secs, "the worker");
     }
 
     fn signal(&self, sig: &str) {
@@ -334,13 +334,7 @@ fn prerequisites_are_there() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Wasmtime and the wasm32-wasip2 build: run by scripts/test.sh"]
 async fn queue_jobs_are_done_with_the_engines_vectors_and_a_bad_job_is_dead_lettered() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = model();
-    let srv = server(
-        &dir.path().join("data"),
-        free_port(),
-        &["--model", model.to_str().unwrap()],
-    );
+    let (_dir, srv) = model_server(&[]);
     let base = srv.base.clone();
     let texts = uniq("queue", 24);
     let ids = enqueue(&base, &texts, None).await;
@@ -391,13 +385,7 @@ async fn queue_jobs_are_done_with_the_engines_vectors_and_a_bad_job_is_dead_lett
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Wasmtime and the wasm32-wasip2 build: run by scripts/test.sh"]
 async fn a_backend_only_worker_embeds_through_the_server_with_the_same_vectors() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = model();
-    let srv = server(
-        &dir.path().join("data"),
-        free_port(),
-        &["--model", model.to_str().unwrap()],
-    );
+    let (_dir, srv) = model_server(&[]);
     let base = srv.base.clone();
     let texts = uniq("backend", 6);
     let ids = enqueue(&base, &texts, None).await;
@@ -467,13 +455,7 @@ async fn the_server_killed_mid_batch_then_back_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Wasmtime and the wasm32-wasip2 build: run by scripts/test.sh"]
 async fn a_lost_lease_is_redelivered_and_the_job_done_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = model();
-    let srv = server(
-        &dir.path().join("data"),
-        free_port(),
-        &["--model", model.to_str().unwrap(), "--lease-ms", "1500"],
-    );
+    let (_dir, srv) = model_server(&["--lease-ms", "1500"]);
     let base = srv.base.clone();
     let cfg = json!({"concurrency": 1, "claimWaitMs": 20000});
     let mut w = Worker::start("ternflow-wasi-worker", &base, cfg, &["--stop-on-eof"], true);
@@ -599,13 +581,7 @@ async fn stop_hands_unfinished_jobs_back_without_using_an_attempt() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Wasmtime and the wasm32-wasip2 build: run by scripts/test.sh"]
 async fn the_http_handler_answers_vectors_and_a_cached_repeat() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = model();
-    let srv = server(
-        &dir.path().join("data"),
-        free_port(),
-        &["--model", model.to_str().unwrap()],
-    );
+    let (_dir, srv) = model_server(&[]);
     let port = free_port();
     let mut child = Command::new(wasmtime())
         // Without the pooling allocator (not in the pinned build: see scripts/setup.sh).

@@ -7,6 +7,23 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Waits up to `secs` for `child` to exit and asserts it exited with success; `what` names it
+/// in the failure.
+pub fn exits_ok(child: &mut Child, secs: u64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            assert!(st.success(), "{what}: exit status {st}");
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: did not exit within {secs} s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A free loopback port.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
