@@ -213,7 +213,9 @@ await new Promise((r) => http.listen(0, "127.0.0.1", r));
 const browser = await chromium.launch({
   executablePath: "/usr/bin/chromium",
   args: ["--no-sandbox", "--headless=new", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"],
+    "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run",
+    // e.g. BENCH_CHROMIUM_ARGS=--js-flags=--perf-basic-prof, for `perf record` of the workers
+    ...(process.env.BENCH_CHROMIUM_ARGS ?? "").split(" ").filter(Boolean)],
 });
 try {
   const tab = await browser.newPage();
