@@ -35,6 +35,8 @@ fi
 # 2. corpus, evaluation sets, training pool; the old dictionary corpus for its test split
 [ -f "$W/corpus_test.tsv" ] || $PY train/corpus_broad.py --out "$W"
 [ -f "$W/pool.txt" ] || $PY train/sample_sets.py --work "$W"
+# the ninth domain, web-search-style queries cut out of the others' sentences (stage 6)
+[ -f "$W/webq_train.tsv" ] || $PY train/queries_synth.py --append-pool
 OLD="${OLD_WORK:-$W/../old}"
 [ -f "$OLD/test.txt" ] || $PY train/corpus.py --out "$OLD"
 
