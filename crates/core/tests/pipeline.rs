@@ -9,6 +9,7 @@ use ternflow_core::memory::{FakeClock, FakeEmbedder, MemServer, Watchdog};
 use ternflow_core::metrics::names;
 use ternflow_core::ports::{Clock, JobSource, LocalCache};
 use ternflow_core::protocol::{CacheEntry, ResultSource, Vector};
+use ternflow_core::worker::RunSummary;
 use ternflow_core::{Adapters, Config, Error, Pipeline, Ports};
 
 const MODEL: &str = "0123456789abcdef";
@@ -62,6 +63,24 @@ impl Rig {
             },
             Config { seed: 42, ..cfg },
         )
+    }
+
+    /// Runs `p`'s queue loop, raises stop after `after_ms` (virtual) with `grace_ms` to drain,
+    /// and answers the loop's summary.
+    fn run_queue_for(&self, p: &Pipeline<Mem>, after_ms: u64, grace_ms: u64) -> RunSummary {
+        let wake = Watchdog(self.clock.clone());
+        let stopper = async {
+            self.clock.sleep(after_ms).await;
+            p.stop.stop(self.clock.now_ms() + grace_ms);
+        };
+        self.clock.run(join(p.run_queue(&wake), stopper)).0
+    }
+
+    /// Enqueues `n` jobs with texts `"{prefix} {i}"`; their ids.
+    fn enqueue_n(&self, prefix: &str, n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| self.server.enqueue(MODEL, &format!("{prefix} {i}")))
+            .collect()
     }
 }
 
@@ -437,9 +456,7 @@ fn the_queue_loop_keeps_every_lease_alive_with_one_heartbeat_request_per_round()
     // Each job takes 40 s (the fake engine waits rather than computes, so the four overlap):
     // beyond their 30 s leases.
     rig.engine.latency_ms.set(40_000);
-    let ids: Vec<String> = (0..4)
-        .map(|i| rig.server.enqueue(MODEL, &format!("slow {i}")))
-        .collect();
+    let ids = rig.enqueue_n("slow", 4);
     let wake = Watchdog(rig.clock.clone());
     let stopper = async {
         while ids.iter().any(|id| rig.server.result(id).is_none()) {
@@ -472,9 +489,7 @@ fn a_lease_the_batched_heartbeat_finds_lost_abandons_only_that_job() {
         ..Config::default()
     });
     rig.engine.latency_ms.set(20_000); // past the first heartbeat round (10 s)
-    let ids: Vec<String> = (0..3)
-        .map(|i| rig.server.enqueue(MODEL, &format!("held {i}")))
-        .collect();
+    let ids = rig.enqueue_n("held", 3);
     let wake = Watchdog(rig.clock.clone());
     let thief = async {
         rig.clock.sleep(5).await;
@@ -646,9 +661,7 @@ fn queue_loop_runs_everything_with_bounded_concurrency_and_drains_on_stop() {
         ..Config::default()
     });
     rig.engine.latency_ms.set(5);
-    let ids: Vec<String> = (0..10)
-        .map(|i| rig.server.enqueue(MODEL, &format!("text {i}")))
-        .collect();
+    let ids = rig.enqueue_n("text", 10);
     let wake = Watchdog(rig.clock.clone());
     let stopper = async {
         while ids.iter().any(|id| rig.server.result(id).is_none()) {
@@ -734,15 +747,8 @@ fn stop_deadline_hands_back_the_jobs_of_a_claim_still_on_its_way() {
     });
     // The claim leases the jobs at once, but its answer arrives only after the stop deadline.
     rig.server.claim_reply_ms.set(500);
-    let ids: Vec<String> = (0..2)
-        .map(|i| rig.server.enqueue(MODEL, &format!("late {i}")))
-        .collect();
-    let wake = Watchdog(rig.clock.clone());
-    let stopper = async {
-        rig.clock.sleep(10).await;
-        p.stop.stop(rig.clock.now_ms() + 100);
-    };
-    let (sum, ()) = rig.clock.run(join(p.run_queue(&wake), stopper));
+    let ids = rig.enqueue_n("late", 2);
+    let sum = rig.run_queue_for(&p, 10, 100);
     assert_eq!(sum.handed_back, 2, "{sum:?}");
     assert_eq!(rig.server.ready_len(), 2, "not left leased to nobody");
     assert!(ids.iter().all(|id| rig.server.attempt(id) == 0));
@@ -756,15 +762,8 @@ fn stop_deadline_hands_unfinished_jobs_back() {
         ..Config::default()
     });
     rig.engine.latency_ms.set(1_000_000);
-    let ids: Vec<String> = (0..2)
-        .map(|i| rig.server.enqueue(MODEL, &format!("long {i}")))
-        .collect();
-    let wake = Watchdog(rig.clock.clone());
-    let stopper = async {
-        rig.clock.sleep(10).await;
-        p.stop.stop(rig.clock.now_ms() + 100);
-    };
-    let (sum, ()) = rig.clock.run(join(p.run_queue(&wake), stopper));
+    let ids = rig.enqueue_n("long", 2);
+    let sum = rig.run_queue_for(&p, 10, 100);
     assert_eq!(sum.handed_back, 2);
     assert_eq!(rig.server.ready_len(), 2, "back in the queue");
     assert!(
@@ -782,15 +781,8 @@ fn jobs_finishing_together_share_one_ack_request() {
         ..Config::default()
     });
     rig.engine.latency_ms.set(5);
-    let ids: Vec<String> = (0..8)
-        .map(|i| rig.server.enqueue(MODEL, &format!("together {i}")))
-        .collect();
-    let wake = Watchdog(rig.clock.clone());
-    let stopper = async {
-        rig.clock.sleep(5_000).await;
-        p.stop.stop(rig.clock.now_ms() + 1_000);
-    };
-    let (sum, ()) = rig.clock.run(join(p.run_queue(&wake), stopper));
+    let ids = rig.enqueue_n("together", 8);
+    let sum = rig.run_queue_for(&p, 5_000, 1_000);
     assert_eq!(sum.done, 8);
     assert!(ids.iter().all(|id| rig.server.result(id).is_some()));
     let batches = rig.server.ack_batches.get();
@@ -806,9 +798,7 @@ fn a_lost_lease_inside_a_batch_does_not_drop_the_other_acks() {
         ..Config::default()
     });
     rig.engine.latency_ms.set(5);
-    let ids: Vec<String> = (0..4)
-        .map(|i| rig.server.enqueue(MODEL, &format!("batch {i}")))
-        .collect();
+    let ids = rig.enqueue_n("batch", 4);
     let wake = Watchdog(rig.clock.clone());
     let thief = async {
         // After the claim, before the engine finishes: one lease goes to someone else.
@@ -833,15 +823,8 @@ fn a_5xx_batch_ack_is_sent_again_and_nothing_is_lost_or_acked_twice() {
     });
     rig.engine.latency_ms.set(5);
     rig.server.fail_ack_batches.set(2);
-    let ids: Vec<String> = (0..6)
-        .map(|i| rig.server.enqueue(MODEL, &format!("flaky {i}")))
-        .collect();
-    let wake = Watchdog(rig.clock.clone());
-    let stopper = async {
-        rig.clock.sleep(30_000).await;
-        p.stop.stop(rig.clock.now_ms() + 1_000);
-    };
-    let (sum, ()) = rig.clock.run(join(p.run_queue(&wake), stopper));
+    let ids = rig.enqueue_n("flaky", 6);
+    let sum = rig.run_queue_for(&p, 30_000, 1_000);
     assert_eq!(sum.done, 6, "{sum:?}");
     assert!(
         rig.server.ack_batches.get() >= 3,
