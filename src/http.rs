@@ -11,7 +11,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use gloo_net::http::{Request, RequestBuilder};
-use ternflow_core::server_client::{Answer, ServerClient, Transport, Verb};
+use ternflow_core::server_client::{timed_out, Answer, ServerClient, Transport, Verb};
 use ternflow_core::{Error, Result};
 
 /// The worker's client of the server (or of none: offline mode): the protocol over [`Fetch`].
@@ -170,24 +170,6 @@ impl Fetch {
         Ok(rb)
     }
 
-    /// One request, and once more with a renewed token after a 401 (with a token source; a
-    /// token about to expire is renewed first).
-    async fn send_renewing(
-        &self,
-        verb: Verb,
-        path: &str,
-        body: Option<&[u8]>,
-        trace: &str,
-        wait_ms: u64,
-    ) -> Result<Answer> {
-        self.renew_if_expiring().await;
-        let a = self.send_once(verb, path, body, trace, wait_ms).await?;
-        if a.status == 401 && self.renew_token().await {
-            return self.send_once(verb, path, body, trace, wait_ms).await;
-        }
-        Ok(a)
-    }
-
     /// One request and its whole answer, within the timeout (plus `wait_ms` for a long poll).
     async fn send_once(
         &self,
@@ -214,29 +196,15 @@ impl Fetch {
         .map_err(|e| Error::Protocol(e.to_string()))?;
         let failed = |e: gloo_net::Error| {
             if deadline.timed_out() {
-                Error::Http {
-                    status: 408,
-                    code: "timeout".into(),
-                    message: format!("{path}: no answer within {limit} ms"),
-                    retry_after_ms: None,
-                }
+                timed_out(path, limit)
             } else {
                 Error::Unreachable(e.to_string())
             }
         };
         let resp = req.send().await.map_err(failed)?;
-        let status = resp.status();
-        let retry_after_ms = resp
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(|s| s * 1000);
+        let retry_after = resp.headers().get("retry-after");
         let body = resp.binary().await.map_err(failed)?;
-        Ok(Answer {
-            status,
-            retry_after_ms,
-            body,
-        })
+        Ok(Answer::new(resp.status(), retry_after.as_deref(), body))
     }
 }
 
@@ -245,6 +213,8 @@ impl Transport for Fetch {
         Fetch::is_online(self)
     }
 
+    /// One request, and once more with a renewed token after a 401 (with a token source; a
+    /// token about to expire is renewed first).
     async fn send(
         &self,
         verb: Verb,
@@ -253,7 +223,12 @@ impl Transport for Fetch {
         trace: &str,
         wait_ms: u64,
     ) -> Result<Answer> {
-        self.send_renewing(verb, path, body.as_deref(), trace, wait_ms)
-            .await
+        let body = body.as_deref();
+        self.renew_if_expiring().await;
+        let a = self.send_once(verb, path, body, trace, wait_ms).await?;
+        if a.status == 401 && self.renew_token().await {
+            return self.send_once(verb, path, body, trace, wait_ms).await;
+        }
+        Ok(a)
     }
 }

@@ -52,6 +52,18 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// An answer with status `status`, the `Retry-After` header's value as sent (seconds;
+    /// anything else is ignored) and `body`.
+    pub fn new(status: u16, retry_after: Option<&str>, body: Vec<u8>) -> Self {
+        Answer {
+            status,
+            retry_after_ms: retry_after
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|s| s.saturating_mul(1000)),
+            body,
+        }
+    }
+
     /// Whether the status is 2xx.
     pub fn ok(&self) -> bool {
         (200..300).contains(&self.status)
@@ -98,12 +110,26 @@ impl Answer {
     }
 
     /// `Ok` for a 2xx, else the error.
-    fn expect_empty(&self) -> Result<()> {
+    ///
+    /// # Errors
+    /// As [`Answer::failure`].
+    pub fn check(&self) -> Result<()> {
         if self.ok() {
             Ok(())
         } else {
             Err(self.failure().0)
         }
+    }
+}
+
+/// The error a transport reports when `what` got no answer within `limit_ms`: 408 `timeout`,
+/// which the retry policy treats as transient.
+pub fn timed_out(what: &str, limit_ms: u64) -> Error {
+    Error::Http {
+        status: 408,
+        code: "timeout".into(),
+        message: format!("{what}: no answer within {limit_ms} ms"),
+        retry_after_ms: None,
     }
 }
 
@@ -201,11 +227,6 @@ impl<T: Transport> ServerClient<T> {
         *self.shared.claim_model.borrow_mut() = model;
     }
 
-    /// The transport.
-    pub fn transport(&self) -> &T {
-        &self.shared.transport
-    }
-
     async fn send<B: Serialize>(
         &self,
         verb: Verb,
@@ -233,7 +254,7 @@ impl<T: Transport> ServerClient<T> {
     /// # Errors
     /// When the server is unreachable or refuses the snapshot.
     pub async fn push_metrics(&self, m: &WorkerMetrics) -> Result<()> {
-        self.post("/v1/metrics", m, "").await?.expect_empty()
+        self.post("/v1/metrics", m, "").await?.check()
     }
 }
 
@@ -395,7 +416,7 @@ impl<T: Transport> Locks for ServerClient<T> {
             // It expired and someone else holds it now; nothing of ours to release.
             return Ok(());
         }
-        a.expect_empty()
+        a.check()
     }
 }
 
@@ -517,11 +538,12 @@ mod tests {
 
     #[test]
     fn other_failures_keep_the_servers_code_and_retry_after() {
-        let mut a = answer(
+        let a = Answer::new(
             429,
-            r#"{"error":{"code":"rate_limited","message":"slow down"}}"#,
+            Some(" 2 "),
+            br#"{"error":{"code":"rate_limited","message":"slow down"}}"#.to_vec(),
         );
-        a.retry_after_ms = Some(2_000);
+        assert_eq!(Answer::new(503, Some("soon"), vec![]).retry_after_ms, None);
         let c = client(vec![
             a,
             answer(502, "<html>bad gateway</html>"),

@@ -6,7 +6,7 @@
 //! A transport failure is [`Error::Unreachable`]; no answer within the request timeout (plus a
 //! claim's long-poll wait) is [`Error::Http`] 408 `timeout`.
 
-use ternflow_core::server_client::{Answer, ServerClient, Transport, Verb};
+use ternflow_core::server_client::{timed_out, Answer, ServerClient, Transport, Verb};
 use ternflow_core::{Error, Result};
 use wstd::http::body::util::Empty;
 use wstd::http::body::Bytes;
@@ -92,31 +92,21 @@ impl WasiHttp {
         }
         let transport = |e: wstd::http::Error| {
             if is_timeout(&e) {
-                Error::Http {
-                    status: 408,
-                    code: "timeout".into(),
-                    message: format!("{url}: no answer within {limit} ms"),
-                    retry_after_ms: None,
-                }
+                timed_out(url, limit)
             } else {
                 Error::Unreachable(format!("{url}: {e:#}"))
             }
         };
         let resp = client.send(req).await.map_err(transport)?;
         let status = resp.status().as_u16();
-        let retry_after_ms = resp
+        let retry_after = resp
             .headers()
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(|s| s * 1000);
+            .map(str::to_owned);
         let mut body = resp.into_body();
         let body = body.contents().await.map_err(transport)?.to_vec();
-        Ok(Answer {
-            status,
-            retry_after_ms,
-            body,
-        })
+        Ok(Answer::new(status, retry_after.as_deref(), body))
     }
 
     /// Downloads a file (the model): `GET url`, the whole body.
@@ -125,11 +115,8 @@ impl WasiHttp {
     /// [`Error::Unreachable`], or [`Error::Http`] for a non-2xx answer.
     pub async fn download(&self, url: &str) -> Result<Vec<u8>> {
         let a = self.send_url(Method::GET, url, None, "", 0).await?;
-        if a.ok() {
-            Ok(a.body)
-        } else {
-            Err(a.failure().0)
-        }
+        a.check()?;
+        Ok(a.body)
     }
 }
 
