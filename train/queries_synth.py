@@ -144,7 +144,6 @@ def main():
     verbs = wordnet_verbs()
     pool = set(l.rstrip("\n") for l in open(os.path.join(WORK, "pool.txt"), encoding="utf-8"))
     seen = set(pool)
-    stats = {}
     for split, want in (("test", args.test), ("dev", args.dev), ("train", args.train)):
         rng = random.Random(f"{args.seed}:{split}")
         rows = [l.rstrip("\n").split("\t", 2) for l in open(os.path.join(WORK, f"corpus_{split}.tsv"), encoding="utf-8")]
@@ -180,7 +179,6 @@ def main():
         if split == "test":
             with open(os.path.join(WORK, "test_webq.txt"), "w", encoding="utf-8") as f:
                 f.write("".join(q + "\n" for _, _, q in out))
-        stats[split] = (len(out), kinds)
         print(f"{split}: {len(out)} queries {kinds}", flush=True)
     if args.append_pool:
         qs = [l.rstrip("\n").split("\t", 2)[2] for l in open(os.path.join(WORK, "webq_train.tsv"), encoding="utf-8")]
