@@ -17,6 +17,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Free space where the build writes: a step that fails with ENOSPC shows up in its `<==` line.
+disk_free() { df -h --output=avail "${CARGO_TARGET_DIR:-$ROOT/target}" 2>/dev/null | tail -1 | tr -d ' '; }
+mkdir -p "${CARGO_TARGET_DIR:-$ROOT/target}"
+echo "disk free before the build: $(disk_free)"
+
 passed=0
 failed=0
 failed_steps=()
@@ -42,7 +47,7 @@ run() {
   fi
   passed=$((passed + p)); failed=$((failed + f))
   [ "$rc" -eq 0 ] || failed_steps+=("$name")
-  printf '<== %s: exit %s, %s passed, %s failed\n' "$name" "$rc" "$p" "$f"
+  printf '<== %s: exit %s, %s passed, %s failed (disk free: %s)\n' "$name" "$rc" "$p" "$f" "$(disk_free)"
 }
 
 run fmt cargo fmt --all --check
