@@ -456,6 +456,15 @@ impl<P: Ports> Pipeline<P> {
             {
                 Ok(Some(g)) => {
                     self.metrics.inc(names::LOCKS_ACQUIRED);
+                    // After waiting, the holder we waited for may have written the entry and
+                    // unlocked between our last cache check and this acquire: check once more
+                    // before embedding it a second time.
+                    if tries > 1 {
+                        if let Some(v) = self.remote_get(key, model, trace).await {
+                            let _ = self.adapters.locks.release(key, &g.token, trace).await;
+                            return LockOutcome::FilledMeanwhile(v);
+                        }
+                    }
                     return LockOutcome::Held(g);
                 }
                 Ok(None) => self.metrics.inc(names::LOCK_FAILURES),
