@@ -33,6 +33,8 @@ import os
 import random
 import re
 
+from pool import append_train
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORK = os.environ.get("TERN_WORK", os.path.join(HERE, "work"))
 WN = "/usr/share/wordnet/data.noun"
@@ -260,18 +262,9 @@ def main():
             counts[k] = counts.get(k, 0) + 1
         print(f"{split}: {len(out)} queries {counts}", flush=True)
     if args.append_pool:
-        qs = [l.rstrip("\n").split("\t", 2)[2] for l in open(os.path.join(WORK, "ents_train.tsv"), encoding="utf-8")]
-        with open(os.path.join(WORK, "pool.txt"), "a", encoding="utf-8") as f:
-            f.write("".join(q + "\n" for q in qs))
-        with open(os.path.join(WORK, "pool_domains.txt"), "a") as f:
-            f.write("ents\n" * len(qs))
-        print(f"appended {len(qs)} ents queries to pool.txt")
-        dev = [l.rstrip("\n").split("\t", 2)[2] for l in open(os.path.join(WORK, "ents_dev.tsv"), encoding="utf-8")]
-        with open(os.path.join(WORK, "dev_ents.tsv"), "w", encoding="utf-8") as f:
-            f.write("".join(f"ents\t{q}\n" for q in dev))
-        print("now: label.py --pool, label.py --files dev_ents.tsv test_ents.txt, then append dev_ents.tsv "
-              "to dev.tsv and dev_ents_teacher.npy to dev_teacher.npy (same order)")
-
+        append_train("ents")
+        print("now: label.py --pool, label.py --files dev_ents.tsv test_ents.txt, then "
+              "pool.py append-dev ents")
 
 if __name__ == "__main__":
     main()

@@ -26,6 +26,8 @@ import os
 import random
 import re
 
+from pool import append_train
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORK = os.environ.get("TERN_WORK", os.path.join(HERE, "work"))
 
@@ -181,24 +183,14 @@ def main():
                 f.write("".join(q + "\n" for _, _, q in out))
         print(f"{split}: {len(out)} queries {kinds}", flush=True)
     if args.append_pool:
-        qs = [l.rstrip("\n").split("\t", 2)[2] for l in open(os.path.join(WORK, "webq_train.tsv"), encoding="utf-8")]
-        with open(os.path.join(WORK, "pool.txt"), "a", encoding="utf-8") as f:
-            f.write("".join(q + "\n" for q in qs))
-        with open(os.path.join(WORK, "pool_domains.txt"), "a") as f:
-            f.write("webq\n" * len(qs))
-        print(f"appended {len(qs)} webq queries to pool.txt")
-        dev = [l.rstrip("\n").split("\t", 2) for l in open(os.path.join(WORK, "webq_dev.tsv"), encoding="utf-8")]
-        with open(os.path.join(WORK, "dev_webq.tsv"), "w", encoding="utf-8") as f:
-            f.write("".join(f"webq\t{q}\n" for _, _, q in dev))
+        dev = append_train("webq")
         if os.path.exists(os.path.join(WORK, "dev_teacher.npy")):
-            # dev.tsv is already labelled: label dev_webq.tsv (label.py --files) and append both
-            print("dev_teacher.npy exists: run label.py --files dev_webq.tsv, then append dev_webq.tsv to "
-                  "dev.tsv and dev_webq_teacher.npy to dev_teacher.npy (same order)")
+            # dev.tsv is already labelled: label dev_webq.tsv on its own, then append both
+            print("dev_teacher.npy exists: run label.py --files dev_webq.tsv, then pool.py append-dev webq")
         else:
             with open(os.path.join(WORK, "dev.tsv"), "a", encoding="utf-8") as f:
-                f.write("".join(f"webq\t{q}\n" for _, _, q in dev))
+                f.write("".join(f"webq\t{q}\n" for q in dev))
             print(f"appended {len(dev)} webq dev queries to dev.tsv")
-
 
 if __name__ == "__main__":
     main()

@@ -49,12 +49,8 @@ $PY train/label.py --pool --token-shards 10
 for f in "$W"/test_*.txt "$W/dev.tsv" "$OLD/test.txt"; do
   [ -f "${f%.*}_teacher.npy" ] || $PY train/label.py --files "$f"
 done
-if [ ! -f "$W/dev_ents_teacher.npy" ]; then
-  $PY train/label.py --files "$W/dev_ents.tsv"
-  cat "$W/dev_ents.tsv" >> "$W/dev.tsv"
-  python3 -c "import numpy as n,sys; n.save(sys.argv[1], n.concatenate([n.load(sys.argv[1]), n.load(sys.argv[2])]))" \
-    "$W/dev_teacher.npy" "$W/dev_ents_teacher.npy"
-fi
+[ -f "$W/dev_ents_teacher.npy" ] || $PY train/label.py --files "$W/dev_ents.tsv"
+$PY train/pool.py append-dev ents
 
 # 4. distillation from the shipped model
 if [ "${RESUME:-0}" = 1 ]; then R=--resume; else R=; fi
