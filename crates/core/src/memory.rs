@@ -135,6 +135,10 @@ pub struct MemServer {
     pub down: Rc<Cell<bool>>,
     /// `GET`s of the remote cache served.
     pub cache_gets: Rc<Cell<u32>>,
+    /// `(n, key, entry)`: right after answering the `n`-th cache `GET`, another worker finishes
+    /// `key`: its entry appears and its lock is released (a holder that finishes between a
+    /// waiter's cache check and its next lock attempt).
+    pub finish_after_get: Rc<RefCell<Option<(u32, String, CacheEntry)>>>,
     /// A claim's answer takes this long to arrive after its jobs were leased (a long poll whose
     /// response is still on the way).
     pub claim_reply_ms: Rc<Cell<u64>>,
@@ -193,6 +197,7 @@ impl MemServer {
             clock,
             down: Rc::default(),
             cache_gets: Rc::default(),
+            finish_after_get: Rc::default(),
             claim_reply_ms: Rc::default(),
             ack_batches: Rc::default(),
             fail_ack_batches: Rc::default(),
@@ -521,7 +526,16 @@ impl RemoteCache for MemServer {
     async fn get(&self, key: &str, _trace: &str) -> Result<Option<CacheEntry>> {
         self.up()?;
         self.cache_gets.set(self.cache_gets.get() + 1);
-        Ok(self.inner.borrow().cache.get(key).cloned())
+        let answer = self.inner.borrow().cache.get(key).cloned();
+        let due = matches!(&*self.finish_after_get.borrow(), Some((n, ..)) if *n == self.cache_gets.get());
+        if due {
+            if let Some((_, k, e)) = self.finish_after_get.borrow_mut().take() {
+                let mut s = self.inner.borrow_mut();
+                s.locks.remove(&k);
+                s.cache.insert(k, e);
+            }
+        }
+        Ok(answer)
     }
     async fn put(&self, key: &str, put: &CachePut, _trace: &str) -> Result<PutOutcome> {
         self.up()?;

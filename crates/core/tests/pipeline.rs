@@ -596,6 +596,39 @@ fn held_lock_waits_and_rechecks_then_proceeds_after_giving_up() {
 }
 
 #[test]
+fn a_lock_won_after_waiting_rechecks_the_cache_before_embedding() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config::default());
+    let key = cache_key(MODEL, "finished meanwhile");
+    rig.server.hold_lock(&key, 3_600_000);
+    // GET 1: the pre-lock check; GET 2: the check after the first wait. Right after answering
+    // it (a miss), the holder writes the entry and unlocks, so the next acquire succeeds.
+    *rig.server.finish_after_get.borrow_mut() = Some((
+        2,
+        key.clone(),
+        CacheEntry {
+            model_id: MODEL.into(),
+            vector: Vector(vec![7.0, 7.0]),
+            fence: 1,
+            expires_at: u64::MAX,
+        },
+    ));
+    let r = rig
+        .clock
+        .run(p.resolve("finished meanwhile", None, ""))
+        .unwrap();
+    assert_eq!(r.source, ResultSource::Remote);
+    assert_eq!(r.vector, vec![7.0, 7.0]);
+    assert_eq!(
+        p.metrics.counter(names::ENGINE_EMBEDS),
+        0,
+        "embedded once, elsewhere"
+    );
+    assert_eq!(p.metrics.counter(names::LOCKS_ACQUIRED), 1);
+    assert_eq!(rig.server.cache_gets.get(), 3);
+}
+
+#[test]
 fn local_ttl_expiry_and_size_bound() {
     let rig = Rig::new();
     let local = MemLocal::new(3);
