@@ -385,6 +385,10 @@ async fn dispatch(msg: ToWorker, progress: bool) -> Result<FromWorker, WorkerErr
             )
             .await?;
             p.adapters.source.set_timeout_ms(adapter.request_timeout_ms);
+            // A re-init (`start({server})`) keeps the worker's counters.
+            if let Some(old) = STATE.with(|s| s.borrow().pipeline.clone()) {
+                p.metrics.take_over(&old.metrics);
+            }
             STATE.with(|s| {
                 let mut s = s.borrow_mut();
                 s.adapter = adapter;
@@ -522,6 +526,8 @@ async fn rebuild(p: &Pipeline<Browser>, cfg: Config) -> Result<Rc<Pipeline<Brows
     let engine = STATE.with(|s| s.borrow().engine.clone());
     let (db, max_local) = db_settings();
     let fresh = Rc::new(browser_pipeline(server.as_ref(), engine, cfg, &db, max_local).await?);
+    // The worker's metrics, not the pipeline's: counters keep counting across stop and start.
+    fresh.metrics.take_over(&p.metrics);
     fresh
         .adapters
         .source

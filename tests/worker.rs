@@ -798,3 +798,44 @@ async fn init_while_the_queue_runs_is_refused_and_stop_still_returns() {
         "stop returns: the loop was not orphaned"
     );
 }
+
+#[wasm_bindgen_test]
+async fn stats_keep_their_counts_across_stop_and_a_new_init() {
+    let msg = |json: String| js_sys::JSON::parse(&json).unwrap();
+    let s = server();
+    let server = format!(r#"{{"url":"{}","token":"{}"}}"#, s.url, s.token);
+    let done = |v: &JsValue| {
+        let path = ["metrics", "counters", "cache_local_misses"];
+        let n = path.iter().try_fold(v.clone(), |o, k| {
+            js_sys::Reflect::get(&o, &JsValue::from_str(k)).ok()
+        });
+        n.and_then(|n| n.as_f64()).unwrap_or(0.0) as u64
+    };
+    let handle = |json: String| ternflow::worker::handle(msg(json));
+    handle(format!(r#"{{"type":"init","id":1,"server":{server}}}"#)).await;
+    ternflow::worker::load_model_bytes(MODEL).unwrap();
+    // Each new text misses the local cache.
+    let texts = [uniq("stats-a"), uniq("stats-b")];
+    let r = handle(format!(
+        r#"{{"type":"embed","id":2,"texts":["{}","{}"],"settle":false}}"#,
+        texts[0], texts[1]
+    ))
+    .await;
+    let before = done(&handle(r#"{"type":"stats","id":3}"#.into()).await);
+    assert_eq!(
+        before,
+        2,
+        "two texts missed: {:?}",
+        js_sys::JSON::stringify(&r)
+    );
+    handle(r#"{"type":"start","id":4}"#.into()).await;
+    handle(r#"{"type":"stop","id":5,"deadlineMs":2000}"#.into()).await;
+    let after_stop = done(&handle(r#"{"type":"stats","id":6}"#.into()).await);
+    assert_eq!(
+        after_stop, before,
+        "stop() replaced the pipeline but not the counters"
+    );
+    handle(format!(r#"{{"type":"init","id":7,"server":{server}}}"#)).await;
+    let after_init = done(&handle(r#"{"type":"stats","id":8}"#.into()).await);
+    assert_eq!(after_init, before, "a new init keeps the counters too");
+}

@@ -212,6 +212,14 @@ impl Metrics {
             .unwrap_or_default()
     }
 
+    /// Moves everything `from` recorded into this registry (which must be new), leaving `from`
+    /// empty: a worker's counters outlive the pipeline they were counted in (`stop()` replaces
+    /// the pipeline, and `stats()` afterwards must still see the run's totals).
+    pub fn take_over(&self, from: &Metrics) {
+        let taken = std::mem::take(&mut *from.inner.borrow_mut());
+        *self.inner.borrow_mut() = taken;
+    }
+
     /// Jobs done per second over the last [`RATE_WINDOW_MS`], as of `now_ms`.
     pub fn processing_rate(&self, now_ms: u64) -> f64 {
         let mut inner = self.inner.borrow_mut();
@@ -290,6 +298,26 @@ mod tests {
         h.observe(10_000.0);
         assert_eq!(h.quantile_ms(1.0), 250.0);
         assert!((h.mean_ms() - (135.0 + 400.0 + 10_000.0) / 101.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn take_over_moves_counters_gauges_and_histograms() {
+        let old = Metrics::new();
+        old.add(names::JOBS_DONE, 7);
+        old.set_gauge(gauges::QUEUE_DEPTH, 3.0);
+        old.observe_ms(histograms::ENGINE_LATENCY, 2.5);
+        let fresh = Metrics::new();
+        fresh.take_over(&old);
+        assert_eq!(fresh.counter(names::JOBS_DONE), 7);
+        assert_eq!(fresh.gauge(gauges::QUEUE_DEPTH), Some(3.0));
+        assert_eq!(fresh.histogram(histograms::ENGINE_LATENCY).count(), 1);
+        assert_eq!(old.counter(names::JOBS_DONE), 0, "moved, not copied");
+        fresh.inc(names::JOBS_DONE);
+        assert_eq!(
+            fresh.counter(names::JOBS_DONE),
+            8,
+            "and it goes on counting"
+        );
     }
 
     #[test]
