@@ -1,6 +1,9 @@
 // Benchmark of the worker pipeline in headless Chromium, against a real `ternflow serve`.
 // Build first: scripts/build-pkg.sh && cargo build --release -p ternflow-cli
-// Run:         node bench/worker.mjs [--model FILE] [--n 300] [--concurrency C (default: the worker's, 64)] [--workers N]
+// Run:         node bench/worker.mjs [--model FILE] [--n 300] [--concurrency C (default: the worker's, 64)] [--workers N] [--repeat R]
+// The bare engine and the 0 %-hits queue run R times (default 3) in turn, each on new texts; the
+// figures are medians and the share of the bare engine the median of the R pairs' ratios (this
+// machine's speed wanders between consecutive runs by more than the effect being measured).
 // Prints: bare-engine vs end-to-end queue throughput with one worker each (0 %, 50 % remote, 100 % local and
 // 100 % remote hits, and 0 % hits under producer-chosen job ids), local hit latency (same
 // worker, and read from IndexedDB after a reload) vs a miss's, wasm memory after the model loads, and the cold start.
@@ -11,15 +14,18 @@ import { tmpdir } from "node:os";
 import { resolve, extname, normalize, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
+import { snapshot, diff, describe, children } from "./cpu.mjs";
+import { availableParallelism } from "node:os";
 
 const root = resolve(fileURLToPath(new URL(".", import.meta.url)), "..");
-const args = { model: null, n: 300, concurrency: undefined, workers: 1 };
+const args = { model: null, n: 300, concurrency: undefined, workers: 1, repeat: 3 };
 for (let i = 2; i < process.argv.length; i++) {
   const k = process.argv[i];
   if (k === "--model") args.model = process.argv[++i];
   else if (k === "--n") args.n = Number(process.argv[++i]);
   else if (k === "--concurrency") args.concurrency = Number(process.argv[++i]);
   else if (k === "--workers") args.workers = Number(process.argv[++i]);
+  else if (k === "--repeat") args.repeat = Number(process.argv[++i]);
   else throw new Error(`unknown argument ${k}`);
 }
 const bin = resolve(root, "target/release/ternflow");
@@ -48,21 +54,29 @@ for (let i = 0; i < 100; i++) {
 
 const page = `<!doctype html><meta charset="utf-8"><script type="module">
 import { EmbeddingWorker } from "/pkg/client.js";
-const cfg = ${JSON.stringify({ api, token, concurrency: args.concurrency, workers: args.workers })};
-const rawTexts = ${JSON.stringify(texts("raw", args.n))};
+const cfg = ${JSON.stringify({ api, token, concurrency: args.concurrency, workers: args.workers, repeat: args.repeat })};
+const rawSets = ${JSON.stringify(Array.from({ length: args.repeat }, (_, i) => texts(`raw${i}-`, args.n)))};
+const queueSets = ${JSON.stringify(Array.from({ length: args.repeat }, (_, i) => texts(`queue${i}-`, args.n)))};
 const warm = ${JSON.stringify(texts("warm", 30))};
 const missTexts = ${JSON.stringify(texts("miss", args.n))};
-const queueTexts = ${JSON.stringify(texts("queue", args.n))};
+const queueTexts = queueSets[queueSets.length - 1];
 const halfNew = ${JSON.stringify(texts("half", args.n))};
 const median = (a) => { const s = [...a].sort((x, y) => x - y); return s[Math.floor(s.length / 2)]; };
 try {
-  // 1. The bare engine in N workers at once (each embeds all of rawTexts; rates add up).
-  const raws = await Promise.all(Array.from({ length: cfg.workers }, () => new Promise((res, rej) => {
-    const w = new Worker("/bench/raw-worker.js", { type: "module" });
-    w.onmessage = (e) => (e.data.error ? rej(new Error(e.data.error)) : res(e.data));
-    w.postMessage({ modelUrl: "/model.bin", texts: rawTexts, warmup: warm });
-  })));
-  const raw = { ...raws[0], rate: raws.reduce((sum, r) => sum + (rawTexts.length * 1000) / r.ms, 0) };
+  // CPU snapshots (bench/cpu.mjs) around the phases that the figures compare.
+  const mark = (name) => fetch("/__cpu?mark=" + name).then((r) => { if (!r.ok) throw new Error("cpu mark " + name); });
+  // 1. The bare engine in N workers at once (each embeds all of the set; rates add up).
+  const bare = async (i) => {
+    const set = rawSets[i];
+    await mark("bare-start-" + i);
+    const raws = await Promise.all(Array.from({ length: cfg.workers }, () => new Promise((res, rej) => {
+      const w = new Worker("/bench/raw-worker.js", { type: "module" });
+      w.onmessage = (e) => { w.terminate(); e.data.error ? rej(new Error(e.data.error)) : res(e.data); };
+      w.postMessage({ modelUrl: "/model.bin", texts: set, warmup: warm });
+    })));
+    await mark("bare-end-" + i);
+    return { ...raws[0], rate: raws.reduce((sum, r) => sum + (set.length * 1000) / r.ms, 0) };
+  };
   // 2. The pipeline without a server: IndexedDB miss (embed + write) vs IndexedDB hit.
   const dbName = "bench-" + Date.now();
   const local = new EmbeddingWorker({ model: { url: "/model.bin" }, dbName });
@@ -90,6 +104,16 @@ try {
   reloaded2.terminate();
   // 3. End to end through the queue: enqueue, N workers claim, cache, embed, ack.
   const auth = { authorization: "Bearer " + cfg.token, "content-type": "application/json" };
+  // Enqueues in requests of at most 1 000 jobs (the server's limit); the jobs' ids, in order.
+  const enqueue = async (jobs) => {
+    const ids = [];
+    for (let i = 0; i < jobs.length; i += 1000) {
+      const r = await fetch(cfg.api + "/v1/jobs", { method: "POST", headers: auth, body: JSON.stringify({ jobs: jobs.slice(i, i + 1000) }) });
+      if (!r.ok) throw new Error("enqueue: " + r.status + " " + await r.text());
+      ids.push(...(await r.json()).jobs.map((j) => j.id));
+    }
+    return ids;
+  };
   // Resolves when the server has announced every one of ids done, through the SSE finished
   // events a producer subscribes to (the stream is open before the jobs start, and costs the
   // machine nothing while it waits, unlike polling the status of every job).
@@ -113,15 +137,26 @@ try {
     return w;
   }));
   const q = qs[0];
-  const r = await fetch(cfg.api + "/v1/jobs", { method: "POST", headers: auth, body: JSON.stringify({ jobs: queueTexts.map((text) => ({ text })) }) });
-  if (!r.ok) throw new Error("enqueue: " + r.status + " " + await r.text());
-  const queueIds = (await r.json()).jobs.map((j) => j.id);
-  const finished0 = await allFinished(queueIds);
-  const t0 = performance.now();
-  await Promise.all(qs.map((w) => w.start(cfg.concurrency ? { concurrency: cfg.concurrency } : {})));
-  await finished0.done;
-  const queueMs = performance.now() - t0;
-  await Promise.all(qs.map((w) => w.stop({ deadline: 5000 })));
+  // 3. The bare engine and the 0 %-hits queue in turn, R times.
+  const queue0 = async (i) => {
+    const ids = await enqueue(queueSets[i].map((text) => ({ text })));
+    const finished = await allFinished(ids);
+    await mark("q0-start-" + i);
+    const t0 = performance.now();
+    await Promise.all(qs.map((w) => w.start(cfg.concurrency ? { concurrency: cfg.concurrency } : {})));
+    await finished.done;
+    const ms = performance.now() - t0;
+    await mark("q0-end-" + i);
+    await Promise.all(qs.map((w) => w.stop({ deadline: 5000 })));
+    return ms;
+  };
+  const bares = [], queueRuns = [];
+  for (let i = 0; i < cfg.repeat; i++) {
+    bares.push(await bare(i));
+    queueRuns.push(await queue0(i));
+  }
+  const raw = { ...bares[0], rate: median(bares.map((b) => b.rate)), rates: bares.map((b) => b.rate) };
+  const queueMs = median(queueRuns);
   const stats = await q.stats();
   for (const w of qs.slice(1)) w.terminate();
   // 4. The same texts again under new job ids: 100 % local hits in the same worker, then 100 %
@@ -130,19 +165,22 @@ try {
   const drain = async (w, prefix, list = queueTexts) => {
     // prefix null: default (content-addressed) job ids.
     const jobs = list.map((text, i) => (prefix === null ? { text } : { id: prefix + i, text }));
-    const r = await fetch(cfg.api + "/v1/jobs", { method: "POST", headers: auth, body: JSON.stringify({ jobs }) });
-    if (!r.ok) throw new Error("enqueue: " + r.status + " " + await r.text());
-    const ids = (await r.json()).jobs.map((j) => j.id);
+    const ids = await enqueue(jobs);
     const finished = await allFinished(ids);
     const t = performance.now();
     await w.start(cfg.concurrency ? { concurrency: cfg.concurrency } : {});
     await finished.done;
     const ms = performance.now() - t;
     await w.stop({ deadline: 5000 });
-    // Where each vector came from, in one status request without the vectors.
-    const st = await (await fetch(cfg.api + "/v1/jobs/status", { method: "POST", headers: auth, body: JSON.stringify({ ids, vectors: false }) })).json();
+    // Where each vector came from, in status requests (1 000 ids each) without the vectors.
     const sources = {};
-    for (const j of st.jobs) {
+    const states = [];
+    for (let i = 0; i < ids.length; i += 1000) {
+      const r = await fetch(cfg.api + "/v1/jobs/status", { method: "POST", headers: auth, body: JSON.stringify({ ids: ids.slice(i, i + 1000), vectors: false }) });
+      if (!r.ok) throw new Error("status: " + r.status + " " + await r.text());
+      states.push(...(await r.json()).jobs);
+    }
+    for (const j of states) {
       const k = j.state === "done" ? j.result.source : j.state;
       sources[k] = (sources[k] ?? 0) + 1;
     }
@@ -151,7 +189,7 @@ try {
   const runId = Date.now().toString(36);
   if (cfg.workers > 1) {
     q.terminate();
-    window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), idbBatchItem, queueMs, n: queueTexts.length, stats };
+    window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), idbBatchItem, queueMs, queueRuns, n: queueTexts.length, stats };
     throw "done";
   }
   // 100 % remote hits: the same texts under new job ids, a fresh worker (local cache empty). The
@@ -166,7 +204,8 @@ try {
   // are removed from the server's cache, so the claim finds nothing and the worker its own copy.
   const hex = (b) => Array.from(new Uint8Array(b), (x) => x.toString(16).padStart(2, "0")).join("").slice(0, 32);
   const enc = new TextEncoder();
-  await Promise.all(queueTexts.map(async (t) => {
+  // (64 at a time: thousands of requests at once make Chromium fail some with "Failed to fetch")
+  for (let i = 0; i < queueTexts.length; i += 64) await Promise.all(queueTexts.slice(i, i + 64).map(async (t) => {
     const key = raw.modelId + ":" + hex(await crypto.subtle.digest("SHA-256", enc.encode(t)));
     const d = await fetch(cfg.api + "/v1/cache/" + key, { method: "DELETE", headers: auth });
     if (!d.ok) throw new Error("cache DELETE " + key + ": " + d.status);
@@ -187,14 +226,38 @@ try {
   // 0 % hits with producer-chosen job ids (their lease guards them, as it does default ids).
   const explicitIds = await drain(q3, "ex-" + runId + "-", halfNew.map((t) => t + " x"));
   q3.terminate();
-  window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), idbBatchItem, queueMs, n: queueTexts.length, stats, localHits, remoteHits, halfHits, explicitIds };
+  window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), idbBatchItem, queueMs, queueRuns, n: queueTexts.length, stats, localHits, remoteHits, halfHits, explicitIds };
 } catch (e) { if (e !== "done") window.__error = String(e && e.stack || e); }
 </script>`;
+
+// Snapshots by mark name; the roots are the server and the browser Playwright starts (found lazily).
+const marks = new Map();
+let browserPids = [];
+const cpuRoots = () => {
+  if (browserPids.length === 0) browserPids = children(process.pid, "chrom");
+  return { server: server.pid, ...Object.fromEntries(browserPids.map((p, i) => [i ? `chromium${i}` : "chromium", p])) };
+};
+// CPU over the R runs of one phase (marks `${phase}-start-i` .. `${phase}-end-i`), summed.
+const cpuLine = (phase, jobsPerRun) => {
+  const sum = new Map();
+  let wall = 0;
+  for (let i = 0; i < args.repeat; i++) {
+    const a = marks.get(`${phase}-start-${i}`), b = marks.get(`${phase}-end-${i}`);
+    for (const [k, v] of diff(a.cpu, b.cpu)) sum.set(k, (sum.get(k) ?? 0) + v);
+    wall += b.at - a.at;
+  }
+  return describe(sum, jobsPerRun * args.repeat, wall, availableParallelism());
+};
 
 const types = { ".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm", ".bin": "application/octet-stream" };
 const http = createServer((req, res) => {
   const url = new URL(req.url, "http://x");
   let body, type;
+  if (url.pathname === "/__cpu") {
+    marks.set(url.searchParams.get("mark"), { at: performance.now(), cpu: snapshot(cpuRoots()) });
+    res.writeHead(204).end();
+    return;
+  }
   if (url.pathname === "/") [body, type] = [page, "text/html"];
   else if (url.pathname === "/model.bin" || url.pathname === "/pkg/ternlight-int4.bin") [body, type] = [readFileSync(model), types[".bin"]];
   else {
@@ -227,9 +290,16 @@ try {
   const r = await tab.evaluate(() => window.__result);
   const rawRate = r.raw.rate;
   const queueRate = (r.n * 1000) / r.queueMs;
+  // The share of the bare engine: the median over the R (bare, queue) pairs of their ratio.
+  const shares = r.queueRuns.map((ms, i) => (100 * r.n * 1000) / ms / r.raw.rates[i]);
+  const share = [...shares].sort((x, y) => x - y)[Math.floor(shares.length / 2)];
   console.log(`chromium ${browser.version()}, model ${r.raw.modelId}, n=${args.n}, ${args.workers} worker(s), concurrency ${args.concurrency ?? "default (64)"}`);
-  console.log(`bare engine in a worker: ${rawRate.toFixed(1)} embeds/s${args.workers > 1 ? ` (the sum of ${args.workers} workers)` : ""}`);
-  console.log(`end-to-end queue (claim, local cache, embed, local write, ack carrying the remote write; 0% hits): ${queueRate.toFixed(1)} jobs/s = ${((100 * queueRate) / rawRate).toFixed(1)}% of bare engine`);
+  console.log(`bare engine in a worker: ${rawRate.toFixed(1)} embeds/s${args.workers > 1 ? ` (the sum of ${args.workers} workers)` : ""} (median of ${args.repeat}: ${r.raw.rates.map((x) => x.toFixed(1)).join(", ")})`);
+  console.log(`end-to-end queue (claim, local cache, embed, local write, ack carrying the remote write; 0% hits): ${queueRate.toFixed(1)} jobs/s = ${share.toFixed(1)}% of bare engine (median of ${args.repeat} pairs: ${shares.map((x) => x.toFixed(1) + "%").join(", ")})`);
+  console.log(`CPU, bare engine (incl. model load and warm-up; per embed of each worker): ${cpuLine("bare", args.n * args.workers)}`);
+  console.log(`CPU, end-to-end queue at 0% hits: ${cpuLine("q0", r.n)}`);
+  const c = r.stats.counters;
+  console.log(`batches of the first worker at 0% hits (its counters): ${c.jobs_done ?? 0} jobs done, ${c.ack_batches ?? 0} ack requests = ${((c.jobs_done ?? 0) / (c.ack_batches || 1)).toFixed(1)} jobs per ack, ${c.heartbeat_batches ?? 0} heartbeat requests, ${c.engine_embeds ?? 0} engine embeds`);
   const src = (x) => Object.entries(x.sources).map(([k, v]) => `${k} ${v}`).join(", ");
   if (r.localHits) {
   const lhRate = (r.n * 1000) / r.localHits.ms;
