@@ -6,7 +6,8 @@
 #   - the server queue (no-op jobs enqueue → claim → ack) against BullMQ on the same Redis, and
 #     the cache GET against raw redis-benchmark on that Redis (ternflow bench-server);
 #   - the queue on the embedded store (SQLite);
-#   - the engine natively and in node, against the reference Ternlight engine's published figures;
+#   - the engine natively and in node, against the reference Ternlight engine (built from the clone
+#     in TERNLIGHT_DIR and measured in the same process, bench/reference.sh; else its published figures);
 #   - the npm package's sizes.
 # Usage: scripts/bench.sh [--out docs/benchmarks.md] [--n 600]
 set -euo pipefail
@@ -48,7 +49,7 @@ med() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
 
   section "Worker pipeline in headless Chromium (node bench/worker.mjs --n $N)"
   node bench/worker.mjs --n "$N" 2>/dev/null
-  node bench/worker.mjs --n "$N" --workers "$(nproc)" 2>/dev/null | grep -E "^(chromium|bare|end-to-end)"
+  node bench/worker.mjs --n "$N" --workers "$(nproc)" 2>/dev/null | grep -E "^(chromium|bare|end-to-end|CPU)"
   endsec
 
   section "Server queue and cache on Redis vs BullMQ and redis-benchmark (same Redis)"
@@ -86,7 +87,13 @@ med() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
   echo "# load average $(load)"
   $BIN bench --model models/ternlight-int4.bin --iters 300
   node bench/engine.mjs --model models/ternlight-int4.bin --iters 300
-  echo "# the reference Ternlight engine's published figures (docs/engine.md): 147-180 short embeds/s in wasm, 61-66 ms per 128-id input"
+  if [ -n "${TERNLIGHT_DIR:-}" ]; then
+    # the reference engine built from a Ternlight clone on the same file, in alternating blocks
+    REF_OURS_BUILT=1 bench/reference.sh "$TERNLIGHT_DIR" models/ternlight-int4.bin
+  else
+    echo "# the reference Ternlight engine's published figures (docs/engine.md): 147-180 short embeds/s in wasm, 61-66 ms per 128-id input"
+    echo "# (TERNLIGHT_DIR=<a Ternlight clone> measures it here instead: bench/reference.sh)"
+  fi
   endsec
 
   section "npm package (scripts/build-pkg.sh)"
