@@ -69,12 +69,16 @@ try {
   const bare = async (i) => {
     const set = rawSets[i];
     await mark("bare-start-" + i);
+    const ws = [];
     const raws = await Promise.all(Array.from({ length: cfg.workers }, () => new Promise((res, rej) => {
       const w = new Worker("/bench/raw-worker.js", { type: "module" });
-      w.onmessage = (e) => { w.terminate(); e.data.error ? rej(new Error(e.data.error)) : res(e.data); };
+      ws.push(w);
+      w.onmessage = (e) => (e.data.error ? rej(new Error(e.data.error)) : res(e.data));
       w.postMessage({ modelUrl: "/model.bin", texts: set, warmup: warm });
     })));
+    // (terminated after the snapshot: a thread that has ended is no longer in /proc)
     await mark("bare-end-" + i);
+    for (const w of ws) w.terminate();
     return { ...raws[0], rate: raws.reduce((sum, r) => sum + (set.length * 1000) / r.ms, 0) };
   };
   // 2. The pipeline without a server: IndexedDB miss (embed + write) vs IndexedDB hit.
