@@ -804,7 +804,7 @@ async fn stats_keep_their_counts_across_stop_and_a_new_init() {
     let msg = |json: String| js_sys::JSON::parse(&json).unwrap();
     let s = server();
     let server = format!(r#"{{"url":"{}","token":"{}"}}"#, s.url, s.token);
-    let done = |v: &JsValue| {
+    let local_misses = |v: &JsValue| {
         let path = ["metrics", "counters", "cache_local_misses"];
         let n = path.iter().try_fold(v.clone(), |o, k| {
             js_sys::Reflect::get(&o, &JsValue::from_str(k)).ok()
@@ -821,7 +821,7 @@ async fn stats_keep_their_counts_across_stop_and_a_new_init() {
         texts[0], texts[1]
     ))
     .await;
-    let before = done(&handle(r#"{"type":"stats","id":3}"#.into()).await);
+    let before = local_misses(&handle(r#"{"type":"stats","id":3}"#.into()).await);
     assert_eq!(
         before,
         2,
@@ -830,12 +830,12 @@ async fn stats_keep_their_counts_across_stop_and_a_new_init() {
     );
     handle(r#"{"type":"start","id":4}"#.into()).await;
     handle(r#"{"type":"stop","id":5,"deadlineMs":2000}"#.into()).await;
-    let after_stop = done(&handle(r#"{"type":"stats","id":6}"#.into()).await);
+    let after_stop = local_misses(&handle(r#"{"type":"stats","id":6}"#.into()).await);
     assert_eq!(
         after_stop, before,
         "stop() replaced the pipeline but not the counters"
     );
     handle(format!(r#"{{"type":"init","id":7,"server":{server}}}"#)).await;
-    let after_init = done(&handle(r#"{"type":"stats","id":8}"#.into()).await);
+    let after_init = local_misses(&handle(r#"{"type":"stats","id":8}"#.into()).await);
     assert_eq!(after_init, before, "a new init keeps the counters too");
 }
