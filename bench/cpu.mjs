@@ -28,22 +28,28 @@ function processType(pid) {
   }
 }
 
-// Every thread of every process under the given roots: key "label/type/thread" -> CPU ms.
-export function snapshot(roots) {
+// Every process now: pid -> { comm, ppid }.
+function processes() {
   const procs = new Map();
   for (const d of readdirSync("/proc")) {
     if (!/^\d+$/.test(d)) continue;
     try {
-      procs.set(Number(d), stat(`/proc/${d}/stat`).ppid);
+      procs.set(Number(d), stat(`/proc/${d}/stat`));
     } catch {}
   }
+  return procs;
+}
+
+// Every thread of every process under the given roots: key "label/type/thread" -> CPU ms.
+export function snapshot(roots) {
+  const procs = processes();
   const out = new Map();
   for (const [label, root] of Object.entries(roots)) {
     const mine = new Set([root]);
     let grew = true;
     while (grew) {
       grew = false;
-      for (const [pid, ppid] of procs) if (!mine.has(pid) && mine.has(ppid)) { mine.add(pid); grew = true; }
+      for (const [pid, { ppid }] of procs) if (!mine.has(pid) && mine.has(ppid)) { mine.add(pid); grew = true; }
     }
     for (const pid of mine) {
       const type = processType(pid);
@@ -84,13 +90,5 @@ export function describe(d, jobs, wallMs, cores, top = 7) {
 
 // The pids of a process's children whose name starts with prefix (e.g. the browser Playwright started).
 export function children(ppid, prefix) {
-  const out = [];
-  for (const d of readdirSync("/proc")) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const s = stat(`/proc/${d}/stat`);
-      if (s.ppid === ppid && s.comm.startsWith(prefix)) out.push(Number(d));
-    } catch {}
-  }
-  return out;
+  return [...processes()].filter(([, s]) => s.ppid === ppid && s.comm.startsWith(prefix)).map(([pid]) => pid);
 }
