@@ -4,7 +4,7 @@
 # Usage: bench/reference.sh TERNLIGHT_CHECKOUT [MODEL]   (default model: models/ternlight-int4.bin)
 # TERNLIGHT_CHECKOUT is a clone (or a bare mirror) of the public Ternlight repository (its engine/ crate). The
 # reference compiles its model in (engine/assets/model.bin), so it is built here, in a copy, with
-# MODEL put there and its wasm-bindgen and js-sys moved to ours (only the JS glue depends on that version;
+# MODEL put there and its wasm-bindgen moved to ours (only the JS glue depends on that version;
 # the installed wasm-bindgen CLI must match it, and nothing here downloads one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,8 +25,7 @@ fi
 cp "$MODEL" "$OUT/src/engine/assets/model.bin"
 # The reference is one build per embedding format (a cargo feature): read it from the header.
 fmt=$(python3 -c 'import sys; b=open(sys.argv[1],"rb").read(64); print({0:"fp32",1:"int8",2:"ternary",3:"int4"}[b[6]])' "$MODEL")
-JS=$(grep -A1 '^name = "js-sys"$' Cargo.lock | sed -n 's/^version = "\(.*\)"/\1/p')
-(cd "$OUT/src" && cargo update -q -p wasm-bindgen --precise "$WB" && cargo update -q -p js-sys --precise "$JS")
+(cd "$OUT/src" && cargo update -q -p wasm-bindgen --precise "$WB" -p js-sys)
 (cd "$OUT/src/engine" && CARGO_TARGET_DIR="$PWD/../../target" cargo build -q --release \
   --target wasm32-unknown-unknown --features "emb_$fmt")
 wasm-bindgen --target nodejs --out-dir "$OUT/pkg" "$OUT/target/wasm32-unknown-unknown/release/tern_engine.wasm"
