@@ -26,7 +26,7 @@ if [ "${TERNFLOW_WASM_OPT:-1}" != 0 ]; then
   fi
   printf 'build-pkg: wasm-opt -O3: %d -> %d bytes\n' "$(wc -c < "$tmp/unopt.wasm")" "$(wc -c < pkg/ternflow_bg.wasm)"
 fi
-cp www/worker.js www/client.js www/common.js www/node.js www/index.d.ts www/common.d.ts www/node.d.ts pkg/
+cp www/worker.js www/engine-worker.js www/client.js www/common.js www/node.js www/index.d.ts www/common.d.ts www/node.d.ts pkg/
 cp www/README.md pkg/README.md
 mkdir -p pkg/edge && cp www/edge/*.mjs www/edge/*.d.mts pkg/edge/
 # wasm-bindgen declares `[Symbol.dispose]`, which breaks strict TypeScript consumers whose `lib`
@@ -62,15 +62,16 @@ p.exports = {
   "./edge/handler": { types: "./edge/handler.d.mts", default: "./edge/handler.mjs" },
   "./wasm": { types: "./ternflow.d.ts", default: "./ternflow.js" },
   "./worker.js": "./worker.js",
+  "./engine-worker.js": "./engine-worker.js",
   "./ternflow_bg.wasm": "./ternflow_bg.wasm",
   "./ternlight-int4.bin": "./ternlight-int4.bin",
   "./package.json": "./package.json",
 };
-const extra = ["client.js", "common.js", "node.js", "worker.js", "index.d.ts", "common.d.ts", "node.d.ts", "edge/"];
+const extra = ["client.js", "common.js", "node.js", "worker.js", "engine-worker.js", "index.d.ts", "common.d.ts", "node.d.ts", "edge/"];
 if (fs.existsSync("pkg/ternlight-int4.bin")) extra.push("ternlight-int4.bin");
 p.files = Array.from(new Set([...(p.files || []), ...extra]));
-// The worker bootstrap installs `onmessage`; everything else is side-effect free.
-p.sideEffects = ["./worker.js"];
+// The worker bootstraps install `onmessage`; everything else is side-effect free.
+p.sideEffects = ["./worker.js", "./engine-worker.js"];
 p.engines = { node: ">=20.19" };
 fs.writeFileSync("pkg/package.json", JSON.stringify(p, null, 2) + "\n");
 JS

@@ -12,16 +12,44 @@ use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 
 use crate::cancel::{Cancel, Deadline};
+use crate::engine_worker::{EngineWorker, Gone, LoadError};
 use crate::error::{js_message, WorkerError};
 
 const MODEL_CACHE: &str = "ternflow-models";
 
 /// The engine slot: empty until a model is loaded. Clones share the slot.
+///
+/// The model runs in an engine worker of its own (see [`crate::engine_worker`]) when a worker
+/// factory was given ([`LocalEngine::set_worker_factory`]: `www/worker.js` does) and the worker
+/// starts; else, or once that worker failed, on this thread.
 #[derive(Debug, Clone, Default)]
 pub struct LocalEngine {
     slot: Rc<RefCell<Option<Engine>>>,
+    /// The engine worker running the model, while it runs in one.
+    offload: Rc<RefCell<Option<Offload>>>,
+    /// Starts an engine worker; `None`: the model runs on this thread.
+    factory: Rc<RefCell<Option<js_sys::Function>>>,
     /// Test hook: when set, every embed fails (an engine that cannot run).
     fail: Rc<std::cell::Cell<bool>>,
+}
+
+#[derive(Debug)]
+struct Offload {
+    worker: Rc<EngineWorker>,
+    model_id: String,
+    /// The model file, kept outside wasm memory: should the worker fail, this thread loads it.
+    bytes: js_sys::Uint8Array,
+}
+
+/// Where the model runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineThread {
+    /// No model is loaded.
+    None,
+    /// In the engine worker.
+    Worker,
+    /// On this thread.
+    Inline,
 }
 
 impl LocalEngine {
@@ -30,25 +58,96 @@ impl LocalEngine {
         Self::default()
     }
 
-    /// Loads a TERN v1 model from bytes, replacing any loaded one; returns its model id.
+    /// Lets models loaded with [`LocalEngine::install`] run in a worker made by `factory` (a JS
+    /// function returning a `Worker` running `www/engine-worker.js`); `None`: on this thread.
+    pub fn set_worker_factory(&self, factory: Option<js_sys::Function>) {
+        *self.factory.borrow_mut() = factory;
+    }
+
+    /// Loads a TERN v1 model from bytes on this thread, replacing any loaded one; returns its
+    /// model id.
     ///
     /// # Errors
     /// [`WorkerError::Engine`] when the file is not a valid model.
     pub fn load(&self, bytes: &[u8]) -> Result<String, WorkerError> {
         let engine = Engine::from_bytes(bytes)?;
         let id = engine.model_id().to_owned();
-        *self.slot.borrow_mut() = Some(engine);
+        self.set(engine);
         Ok(id)
     }
 
-    /// Makes `engine` the loaded one.
+    /// Loads a TERN v1 model, replacing any loaded one: in the engine worker when there is a
+    /// factory (a worker that cannot start or answer leaves the model on this thread), else on
+    /// this thread. Returns its model id.
+    ///
+    /// # Errors
+    /// [`WorkerError::ModelRefused`] (engine worker) or [`WorkerError::Engine`] (this thread)
+    /// when the file is not a valid model.
+    pub async fn install(&self, bytes: Vec<u8>) -> Result<String, WorkerError> {
+        let factory = self.factory.borrow().clone();
+        let Some(factory) = factory else {
+            return self.load(&bytes);
+        };
+        let current = self.offload.borrow().as_ref().map(|o| o.worker.clone());
+        let worker = match current.filter(|w| w.gone().is_none()) {
+            Some(w) => Ok(w),
+            None => EngineWorker::spawn(&factory).map(Rc::new),
+        };
+        let kept = js_sys::Uint8Array::from(bytes.as_slice());
+        let gone = match worker {
+            Ok(worker) => match worker.load(&kept).await {
+                Ok(loaded) => {
+                    let id = loaded.model_id.clone();
+                    *self.slot.borrow_mut() = None;
+                    *self.offload.borrow_mut() = Some(Offload {
+                        worker,
+                        model_id: loaded.model_id,
+                        bytes: kept,
+                    });
+                    return Ok(id);
+                }
+                Err(LoadError::Refused(m)) => return Err(WorkerError::ModelRefused(m)),
+                Err(LoadError::Gone(g)) => g,
+            },
+            Err(g) => g,
+        };
+        warn(&format!("{gone}; the model runs on the pipeline's thread"));
+        self.load(&bytes)
+    }
+
+    /// Makes `engine` the loaded one (on this thread).
     pub fn set(&self, engine: Engine) {
+        *self.offload.borrow_mut() = None;
         *self.slot.borrow_mut() = Some(engine);
     }
 
     /// Drops the loaded model.
     pub fn unload(&self) {
+        *self.offload.borrow_mut() = None;
         *self.slot.borrow_mut() = None;
+    }
+
+    /// Where the model runs now.
+    pub fn thread(&self) -> EngineThread {
+        if self.offload.borrow().is_some() {
+            EngineThread::Worker
+        } else if self.slot.borrow().is_some() {
+            EngineThread::Inline
+        } else {
+            EngineThread::None
+        }
+    }
+
+    /// Terminates the engine worker, as if it had crashed (the next embed moves the model to this
+    /// thread). For tests and the `crash-engine-worker` chaos step; `false` when there is none.
+    pub fn kill_worker(&self) -> bool {
+        match self.offload.borrow().as_ref() {
+            Some(o) => {
+                o.worker.terminate("terminated on request");
+                true
+            }
+            None => false,
+        }
     }
 
     /// Makes every embed fail (`true`) or work again (`false`): a stand-in for an engine that
@@ -57,20 +156,51 @@ impl LocalEngine {
         self.fail.set(fail);
     }
 
-    /// Runs `f` on the loaded engine.
+    /// Runs `f` on the engine loaded on this thread (`None` while there is none, or while the model
+    /// runs in the engine worker).
     pub fn with<T>(&self, f: impl FnOnce(&mut Engine) -> T) -> Option<T> {
         self.slot.borrow_mut().as_mut().map(f)
     }
+
+    /// The engine worker failed (`gone`): load its model on this thread, once.
+    fn take_back(&self, worker: &Rc<EngineWorker>, gone: &Gone) -> Result<(), Error> {
+        let offload = self
+            .offload
+            .borrow_mut()
+            .take_if(|o| Rc::ptr_eq(&o.worker, worker));
+        if let Some(o) = offload {
+            warn(&format!("{gone}; the model moves to the pipeline's thread"));
+            let engine = Engine::from_vec(o.bytes.to_vec())
+                .map_err(|e| Error::Engine(format!("reloading after {gone}: {e}")))?;
+            *self.slot.borrow_mut() = Some(engine);
+        }
+        Ok(())
+    }
+}
+
+fn warn(msg: &str) {
+    web_sys::console::warn_1(&JsValue::from_str(&format!("ternflow: {msg}")));
 }
 
 impl Embedder for LocalEngine {
     fn model_id(&self) -> Option<String> {
+        if let Some(o) = self.offload.borrow().as_ref() {
+            return Some(o.model_id.clone());
+        }
         self.slot.borrow().as_ref().map(|e| e.model_id().to_owned())
     }
 
     async fn embed(&self, text: &str, _trace: &str) -> Result<Vec<f32>> {
         if self.fail.get() {
             return Err(Error::Engine("engine failing (test hook)".into()));
+        }
+        let worker = self.offload.borrow().as_ref().map(|o| o.worker.clone());
+        if let Some(w) = worker {
+            match w.embed(text).await {
+                Ok(v) => return Ok(v),
+                // Nothing is lost: the text is embedded here instead.
+                Err(gone) => self.take_back(&w, &gone)?,
+            }
         }
         self.with(|e| e.embed(text))
             .ok_or_else(|| Error::Engine("no model loaded".into()))
@@ -269,21 +399,27 @@ pub async fn load_model_from(
     opts: &FetchOptions<'_>,
 ) -> Result<String, WorkerError> {
     let fetched = fetch_model(url, sha256, opts).await?;
-    match Engine::from_bytes(&fetched.bytes) {
-        Ok(e) => {
-            if !fetched.from_cache {
-                store_model(url, &fetched.bytes).await;
+    let from_cache = fetched.from_cache;
+    let bytes = fetched.bytes;
+    // The bytes go to the engine; a copy stays here to be stored once they loaded.
+    match engine.install(bytes.clone()).await {
+        Ok(id) => {
+            if !from_cache {
+                store_model(url, &bytes).await;
             }
-            let id = e.model_id().to_owned();
-            engine.set(e);
             Ok(id)
         }
-        Err(source) => {
+        Err(e @ (WorkerError::Engine(_) | WorkerError::ModelRefused(_))) => {
             evict_model(url).await;
             Err(WorkerError::BadModel {
                 url: url.to_owned(),
-                source,
+                message: match e {
+                    WorkerError::ModelRefused(m) => m,
+                    WorkerError::Engine(e) => e.to_string(),
+                    other => other.to_string(),
+                },
             })
         }
+        Err(e) => Err(e),
     }
 }

@@ -16,13 +16,16 @@ pub enum WorkerError {
     Engine(#[from] ternflow_engine::Error),
     /// The model at `url` is not a valid TERN v1 model (HTML from a dev server, a truncated
     /// download, another format). Permanent for these bytes.
-    #[error("model {url}: {source}")]
+    #[error("model {url}: {message}")]
     BadModel {
         /// Where it came from.
         url: String,
         /// What the engine found.
-        source: ternflow_engine::Error,
+        message: String,
     },
+    /// The engine worker's engine refused the model (its message). Permanent for these bytes.
+    #[error("model: {0}")]
+    ModelRefused(String),
     /// A download answered with a non-2xx status (code `http_<status>`).
     #[error("GET {url}: HTTP {status}")]
     HttpStatus {
@@ -77,7 +80,9 @@ impl WorkerError {
     pub fn code(&self) -> String {
         match self {
             WorkerError::Core(e) => e.code().to_owned(),
-            WorkerError::Engine(_) | WorkerError::BadModel { .. } => "bad_model".into(),
+            WorkerError::Engine(_)
+            | WorkerError::BadModel { .. }
+            | WorkerError::ModelRefused(_) => "bad_model".into(),
             WorkerError::HttpStatus { status, .. } => format!("http_{status}"),
             WorkerError::Unreachable { .. } => "unreachable".into(),
             WorkerError::Timeout { .. } => "timeout".into(),

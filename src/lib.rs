@@ -15,7 +15,8 @@
 //!   isolates, Node), `http` (the server's protocol over gloo-net: queue, remote cache, locks,
 //!   backend embedder), `sse` (`EventSource` wake-ups and invalidations), `clock` (`Date.now`,
 //!   `setTimeout`), `cancel` (timeouts and the page's `AbortSignal` for `fetch`), `engine_port`
-//!   (the in-wasm engine as an embedder; model loading through the Cache API), `worker` (the
+//!   (the in-wasm engine as an embedder; model loading through the Cache API), `engine_worker`
+//!   (the engine in a nested worker of its own, so embeds never block the pipeline's thread), `worker` (the
 //!   message entry point), `settings` (the page's `config`: pipeline settings plus the adapter's,
 //!   unknown keys refused), `engine_api` (the engine's own JS class), `error` (the one error
 //!   enum).
@@ -36,6 +37,8 @@ pub mod cancel;
 pub mod clock;
 #[cfg(target_arch = "wasm32")]
 pub mod engine_port;
+#[cfg(target_arch = "wasm32")]
+pub mod engine_worker;
 #[cfg(target_arch = "wasm32")]
 pub mod error;
 #[cfg(target_arch = "wasm32")]

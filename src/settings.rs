@@ -16,9 +16,17 @@ pub struct AdapterConfig {
     /// Byte bound of the in-memory cache (the edge's only local tier; the hot tier in front of
     /// IndexedDB is at most [`HOT_BYTES`](crate::local::HOT_BYTES) of it).
     pub memory_cache_bytes: usize,
+    /// Whether the model runs in an engine worker of its own (where the worker can start one),
+    /// so embeds never hold the thread the pipeline's network and IndexedDB work runs on.
+    pub engine_worker: bool,
 }
 
-const ADAPTER_KEYS: [&str; 3] = ["requestTimeoutMs", "modelTimeoutMs", "memoryCacheBytes"];
+const ADAPTER_KEYS: [&str; 4] = [
+    "requestTimeoutMs",
+    "modelTimeoutMs",
+    "memoryCacheBytes",
+    "engineWorker",
+];
 
 impl Default for AdapterConfig {
     fn default() -> Self {
@@ -26,6 +34,7 @@ impl Default for AdapterConfig {
             request_timeout_ms: 30_000,
             model_timeout_ms: 120_000,
             memory_cache_bytes: crate::byte_lru::DEFAULT_MAX_BYTES,
+            engine_worker: true,
         }
     }
 }
@@ -44,6 +53,12 @@ pub fn parse_config(v: Option<serde_json::Value>) -> Result<(Config, AdapterConf
     };
     for key in ADAPTER_KEYS {
         if let Some(x) = obj.remove(key) {
+            if key == "engineWorker" {
+                adapter.engine_worker = x
+                    .as_bool()
+                    .ok_or_else(|| WorkerError::BadConfig(format!("`{key}` must be a boolean")))?;
+                continue;
+            }
             let n = x
                 .as_u64()
                 .ok_or_else(|| WorkerError::BadConfig(format!("`{key}` must be a whole number")))?;

@@ -20,7 +20,7 @@ use wasm_bindgen::JsCast;
 pub use crate::browser::Browser;
 use crate::cancel;
 use crate::clock::BrowserClock;
-use crate::engine_port::{load_model_from, FetchOptions, LocalEngine};
+use crate::engine_port::{load_model_from, EngineThread, FetchOptions, LocalEngine};
 use crate::error::WorkerError;
 use crate::settings::{parse_config, AdapterConfig};
 use crate::sse::SseWakeups;
@@ -85,6 +85,8 @@ struct State {
     db: Option<(String, u32)>,
     /// The adapter's own settings from `init`'s `config`.
     adapter: AdapterConfig,
+    /// What starts an engine worker (given by `www/worker.js`).
+    factory: Option<js_sys::Function>,
 }
 
 fn db_settings() -> (String, u32) {
@@ -350,9 +352,33 @@ fn post_progress(id: u32, phase: &str, loaded: u64, total: Option<u64>) {
 /// # Errors
 /// When the bytes are not a valid TERN v1 model.
 #[wasm_bindgen(js_name = loadModelBytes)]
-pub fn load_model_bytes(bytes: &[u8]) -> Result<String, JsError> {
+pub async fn load_model_bytes(bytes: Vec<u8>) -> Result<String, JsError> {
     let engine = STATE.with(|s| s.borrow().engine.clone());
-    engine.load(bytes).map_err(|e| JsError::new(&e.to_string()))
+    engine
+        .install(bytes)
+        .await
+        .map_err(|e| JsError::new(&e.to_string()))
+}
+
+/// Gives the worker the function that starts its engine worker (`www/worker.js` passes one
+/// that runs `engine-worker.js`): models loaded from then on run there, unless `init`'s config
+/// says `engineWorker: false`.
+#[wasm_bindgen(js_name = setEngineWorkerFactory)]
+pub fn set_engine_worker_factory(factory: js_sys::Function) {
+    STATE.with(|s| s.borrow_mut().factory = Some(factory));
+}
+
+/// Where the worker's model runs: `"worker"` (its engine worker), `"inline"` (this thread) or
+/// `"none"` (no model loaded).
+#[wasm_bindgen(js_name = engineThread)]
+pub fn engine_thread() -> String {
+    let engine = STATE.with(|s| s.borrow().engine.clone());
+    match engine.thread() {
+        EngineThread::Worker => "worker",
+        EngineThread::Inline => "inline",
+        EngineThread::None => "none",
+    }
+    .into()
 }
 
 async fn dispatch(msg: ToWorker, progress: bool) -> Result<FromWorker, WorkerError> {
@@ -372,7 +398,10 @@ async fn dispatch(msg: ToWorker, progress: bool) -> Result<FromWorker, WorkerErr
                 ));
             }
             let (cfg, adapter) = parse_config(config)?;
-            let engine = STATE.with(|s| s.borrow().engine.clone());
+            let (engine, factory) =
+                STATE.with(|s| (s.borrow().engine.clone(), s.borrow().factory.clone()));
+            // Models loaded from now on run in the engine worker, unless the page said not to.
+            engine.set_worker_factory(factory.filter(|_| adapter.engine_worker));
             let db = db_name.unwrap_or_else(|| DEFAULT_DB.to_owned());
             let max_local = max_local_entries.unwrap_or(DEFAULT_MAX_LOCAL);
             let p = browser_pipeline_bounded(
@@ -440,7 +469,7 @@ async fn dispatch(msg: ToWorker, progress: bool) -> Result<FromWorker, WorkerErr
         }
         ToWorker::Stats { id } => {
             let p = pipeline()?;
-            p.update_breaker_gauges();
+            update_gauges(&p);
             Ok(FromWorker::Stats {
                 id,
                 metrics: p.metrics.snapshot(&p.cfg.worker_id, BrowserClock.now_ms()),
@@ -493,8 +522,18 @@ async fn start(concurrency: Option<u32>) -> Result<(), WorkerError> {
     Ok(())
 }
 
-async fn push_metrics(p: &Pipeline<Browser>) {
+/// The breakers' gauges and where the model runs.
+fn update_gauges(p: &Pipeline<Browser>) {
     p.update_breaker_gauges();
+    let in_worker = p.adapters.engine.thread() == EngineThread::Worker;
+    p.metrics.set_gauge(
+        ternflow_core::metrics::gauges::ENGINE_IN_WORKER,
+        if in_worker { 1.0 } else { 0.0 },
+    );
+}
+
+async fn push_metrics(p: &Pipeline<Browser>) {
+    update_gauges(p);
     let snap = p.metrics.snapshot(&p.cfg.worker_id, BrowserClock.now_ms());
     post_to_page(&FromWorker::Metrics {
         metrics: snap.clone(),

@@ -813,7 +813,9 @@ async fn stats_keep_their_counts_across_stop_and_a_new_init() {
     };
     let handle = |json: String| ternflow::worker::handle(msg(json));
     handle(format!(r#"{{"type":"init","id":1,"server":{server}}}"#)).await;
-    ternflow::worker::load_model_bytes(MODEL).unwrap();
+    ternflow::worker::load_model_bytes(MODEL.to_vec())
+        .await
+        .unwrap();
     // Each new text misses the local cache.
     let texts = [uniq("stats-a"), uniq("stats-b")];
     let r = handle(format!(
@@ -838,4 +840,127 @@ async fn stats_keep_their_counts_across_stop_and_a_new_init() {
     handle(format!(r#"{{"type":"init","id":7,"server":{server}}}"#)).await;
     let after_init = local_misses(&handle(r#"{"type":"stats","id":8}"#.into()).await);
     assert_eq!(after_init, before, "a new init keeps the counters too");
+}
+
+/// A `Worker` factory over `script` (run from a Blob URL): stand-ins for an engine worker that
+/// fails in a chosen way. The real one (`www/engine-worker.js`) runs in the packed-package tests.
+fn fake_engine_worker(script: &str) -> js_sys::Function {
+    let src = serde_json::to_string(script).unwrap();
+    js_sys::Function::new_no_args(&format!(
+        "const b = new Blob([{src}], {{ type: 'text/javascript' }});\
+         return new Worker(URL.createObjectURL(b), {{ type: 'module' }});"
+    ))
+}
+
+/// An engine worker that loads any model as `id` and then answers embeds as `on_embed` says.
+fn loading_worker(id: &str, on_embed: &str) -> js_sys::Function {
+    fake_engine_worker(&format!(
+        "self.onmessage = ({{ data: m }}) => {{\
+           if (m.type === 'load') self.postMessage({{ type: 'loaded', id: m.id, modelId: '{id}', dim: 8 }});\
+           if (m.type === 'embed') {{ {on_embed} }}\
+         }};"
+    ))
+}
+
+#[wasm_bindgen_test]
+async fn an_engine_worker_that_cannot_start_leaves_the_model_on_this_thread() {
+    use ternflow::engine_port::EngineThread;
+    // A script that throws (an `ErrorEvent`), one that is not there (a plain `Event`), and a
+    // factory that throws.
+    let factories = [
+        fake_engine_worker("throw new Error('no engine here');"),
+        js_sys::Function::new_no_args(
+            "return new Worker('/no-such-engine-worker.js', { type: 'module' });",
+        ),
+        js_sys::Function::new_no_args("throw new Error('no nested workers here');"),
+    ];
+    for f in factories {
+        let e = LocalEngine::new();
+        e.set_worker_factory(Some(f));
+        let id = e
+            .install(MODEL.to_vec())
+            .await
+            .expect("loads on this thread");
+        assert_eq!(e.thread(), EngineThread::Inline);
+        assert_eq!(Some(id), e.model_id());
+        let v = e.embed("still embedded", "").await.unwrap();
+        assert_eq!(v, engine().with(|en| en.embed("still embedded")).unwrap());
+    }
+}
+
+#[wasm_bindgen_test]
+async fn a_model_the_engine_worker_refuses_is_bad_model() {
+    use ternflow::engine_port::EngineThread;
+    let e = LocalEngine::new();
+    e.set_worker_factory(Some(fake_engine_worker(
+        "self.onmessage = ({ data: m }) => \
+           self.postMessage({ type: 'refused', id: m.id, message: 'bad magic: expected \"TERN\"' });",
+    )));
+    let err = e.install(b"<!doctype html>".to_vec()).await.unwrap_err();
+    assert_eq!(err.code(), "bad_model", "{err}");
+    assert!(err.to_string().contains("bad magic"), "{err}");
+    assert_eq!(e.thread(), EngineThread::None);
+    assert!(e.model_id().is_none());
+}
+
+#[wasm_bindgen_test]
+async fn an_engine_worker_that_dies_mid_batch_loses_no_text() {
+    use ternflow::engine_port::EngineThread;
+    let inline_id = engine().model_id().unwrap();
+    // New texts for each case (the first case's are in the server's cache afterwards).
+    let texts_and_vectors = || {
+        let texts: Vec<String> = (0..40).map(|i| uniq(&format!("mid-batch {i}"))).collect();
+        let want: Vec<Vec<f32>> = texts
+            .iter()
+            .map(|t| engine().with(|en| en.embed(t)).unwrap())
+            .collect();
+        (texts, want)
+    };
+    let (texts, want) = texts_and_vectors();
+
+    // 1. It breaks (an embed threw): every text of the batch is embedded on this thread.
+    let e = LocalEngine::new();
+    e.set_worker_factory(Some(loading_worker(
+        &inline_id,
+        "self.postMessage({ type: 'broken', message: 'embed threw: unreachable' });",
+    )));
+    assert_eq!(e.install(MODEL.to_vec()).await.unwrap(), inline_id);
+    assert_eq!(e.thread(), EngineThread::Worker);
+    let p = pipeline_with(&uniq("ew-broken"), Config::default(), e.clone(), 1_000).await;
+    let got = p.resolve_many(&texts, None, |_, _| {}).await;
+    for (r, w) in got.iter().zip(&want) {
+        let r = r.as_ref().expect("resolved");
+        assert_eq!(r.source, ResultSource::Engine);
+        assert_eq!(&r.vector, w);
+    }
+    assert_eq!(
+        e.thread(),
+        EngineThread::Inline,
+        "the model moved to this thread"
+    );
+    assert_eq!(
+        p.metrics.counter(names::ENGINE_ERRORS),
+        0,
+        "no embed failed"
+    );
+
+    // 2. It goes silent and is then terminated (a crash without an error event) while texts
+    //    wait on it: they are embedded here too.
+    let (texts, want) = texts_and_vectors();
+    let e = LocalEngine::new();
+    e.set_worker_factory(Some(loading_worker(&inline_id, "/* never answers */")));
+    e.install(MODEL.to_vec()).await.unwrap();
+    let p = pipeline_with(&uniq("ew-silent"), Config::default(), e.clone(), 1_000).await;
+    let killer = async {
+        sleep(300).await;
+        assert!(e.kill_worker(), "there was an engine worker");
+    };
+    let (got, ()) = join(p.resolve_many(&texts, None, |_, _| {}), killer).await;
+    for (r, w) in got.iter().zip(&want) {
+        let r = r.as_ref().expect("resolved");
+        assert_eq!(r.source, ResultSource::Engine);
+        assert_eq!(&r.vector, w);
+    }
+    assert_eq!(e.thread(), EngineThread::Inline);
+    assert!(!e.kill_worker(), "no engine worker any more");
 }

@@ -78,6 +78,13 @@ export interface WorkerConfig {
   modelTimeoutMs?: number;
   /** Byte bound of the in-memory vector cache (default 32 MiB; at most 8 MiB of it in front of IndexedDB). */
   memoryCacheBytes?: number;
+  /**
+   * Run the model in an engine worker of its own, nested in the ternflow worker (default true),
+   * so embeds never hold the thread its network and IndexedDB work runs on. Where no nested
+   * worker can start (engine-worker.js not served, no nested workers), the model runs on the
+   * ternflow worker's thread; `stats().gauges.engine_in_worker` says which (1 or 0).
+   */
+  engineWorker?: boolean;
 }
 
 export interface EmbeddingWorkerOptions {

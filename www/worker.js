@@ -1,6 +1,6 @@
 // The Web Worker bootstrap: load the wasm, then forward every message to Rust and post the reply.
 // All logic (and the message types) live in Rust: see src/worker.rs and crates/core/src/messages.rs.
-import init, { handle, loadModelBytes } from "./ternflow.js";
+import init, { handle, loadModelBytes, setEngineWorkerFactory } from "./ternflow.js";
 
 // The literal form bundlers recognise (they emit the file and rewrite the URL).
 const wasmUrl = new URL("./ternflow_bg.wasm", import.meta.url);
@@ -17,10 +17,29 @@ const ready = (async () => {
   if (!resp.ok) {
     throw { code: `http_${resp.status}`, url: wasmUrl.href, message: `GET ${wasmUrl.href}: HTTP ${resp.status}` };
   }
+  let module;
   try {
-    await init({ module_or_path: resp });
+    // Compiled here (streaming where the server says application/wasm) so the same module also
+    // starts the engine worker: the wasm is fetched and compiled once.
+    const streaming = (resp.headers.get("content-type") ?? "").startsWith("application/wasm");
+    module = streaming
+      ? await WebAssembly.compileStreaming(resp)
+      : await WebAssembly.compile(await resp.arrayBuffer());
+    await init({ module_or_path: module });
   } catch (e) {
     throw { code: "bad_wasm", url: wasmUrl.href, message: `${wasmUrl.href}: ${e?.message ?? e}` };
+  }
+  // The engine runs in a worker of its own where this worker can start one (nested dedicated
+  // workers); the literal `new Worker(new URL(...))` form is the one bundlers see and emit.
+  if (typeof Worker === "function") {
+    setEngineWorkerFactory(() => {
+      const w = new Worker(new URL("./engine-worker.js", import.meta.url), {
+        type: "module",
+        name: "ternflow-engine",
+      });
+      w.postMessage({ type: "init", module });
+      return w;
+    });
   }
 })();
 
@@ -35,7 +54,7 @@ self.onmessage = async (event) => {
   if (msg && msg.type === "loadModelBytes") {
     // Bytes arrive as a transferred ArrayBuffer; the engine copies them once into wasm memory.
     try {
-      const modelId = loadModelBytes(new Uint8Array(msg.bytes));
+      const modelId = await loadModelBytes(new Uint8Array(msg.bytes));
       self.postMessage({ type: "ready", id: msg.id, modelId });
     } catch (e) {
       self.postMessage({ type: "error", id: msg.id, code: "bad_model", message: String(e.message ?? e) });

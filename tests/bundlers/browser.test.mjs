@@ -11,8 +11,9 @@ import { BUILDS } from "./builds.mjs";
 
 after(async () => (await browser()).close());
 
-function checkHappyPath(r) {
+function checkHappyPath(r, engineInWorker = 1) {
   assert.equal(r.error, undefined, `ready/embed failed: ${JSON.stringify(r.error)}\n${r.logs?.join("\n")}`);
+  assert.equal(r.engineInWorker, engineInWorker, "where the model runs (1: its own engine worker)");
   assert.match(r.modelId, /^[0-9a-f]{16}$/);
   assert.equal(r.dim, 384);
   assert.ok(Math.abs(r.norm - 1) < 1e-3, `unit vector, got ${r.norm}`);
@@ -222,6 +223,12 @@ describe("failure paths (esbuild app)", () => {
       hang.closeAllConnections();
       hang.close();
     }
+  });
+
+  test("a missing engine-worker.js leaves the model on the worker's thread: everything still works", async () => {
+    const r = await failing({ "^/engine-worker\\.js$": "404" }, "");
+    checkHappyPath(r, 0);
+    assert.equal(r.source, "engine");
   });
 
   test("a missing worker script rejects ready with worker_failed", async () => {

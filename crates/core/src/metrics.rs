@@ -78,6 +78,9 @@ pub mod gauges {
     pub const BACKEND_BREAKER: &str = "backend_breaker";
     /// Engine breaker: 0 closed, 1 open, 2 half-open.
     pub const ENGINE_BREAKER: &str = "engine_breaker";
+    /// Where the browser worker's model runs: 1 in an engine worker of its own, 0 on the
+    /// pipeline's thread (no nested workers, or that worker failed).
+    pub const ENGINE_IN_WORKER: &str = "engine_in_worker";
 }
 
 /// Latency histogram names (each reported as `<name>_p50_ms`, `_p99_ms`, `_mean_ms`).

@@ -26,6 +26,8 @@ async function run() {
     out.dim = d.vector.length;
     out.norm = Math.hypot(...d.vector);
     out.source = d.source;
+    // 1: the model runs in the engine worker (the bundler emitted engine-worker.js), 0: inline.
+    out.engineInWorker = (await w.stats()).gauges.engine_in_worker;
     out.hits = await similar(
       "a cat sits on the mat",
       ["stock markets fell sharply today", "the kitten rests on the rug", "rain is expected tomorrow"],

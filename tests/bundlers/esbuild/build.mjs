@@ -1,5 +1,6 @@
-// A plain esbuild app. esbuild does not follow `new URL(..., import.meta.url)`, so the worker is a
-// second entry point and the wasm and the model are copied beside the bundle.
+// A plain esbuild app. esbuild does not follow `new URL(..., import.meta.url)`, so the worker and
+// the engine worker it starts are entry points too and the wasm and the model are copied beside
+// the bundle.
 import { build } from "esbuild";
 import { copyFileSync, mkdirSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -11,7 +12,8 @@ const out = process.env.OUT_DIR ?? join(here, "dist");
 const pkg = dirname(createRequire(join(here, "../app/main.js")).resolve("ternflow/package.json"));
 mkdirSync(out, { recursive: true });
 await build({
-  entryPoints: { main: join(here, "../app/main.js"), worker: join(pkg, "worker.js") },
+  entryPoints: { main: join(here, "../app/main.js"), worker: join(pkg, "worker.js"),
+    "engine-worker": join(pkg, "engine-worker.js") },
   bundle: true,
   format: "esm",
   platform: "browser",

@@ -1,0 +1,375 @@
+//! The engine in a dedicated worker of its own, nested in the pipeline's worker
+//! (`www/engine-worker.js`), so that an embed never holds the thread the pipeline's network and
+//! IndexedDB callbacks run on: while the engine works on one batch, the pipeline claims the next,
+//! reads its cache entries and acks the last one.
+//!
+//! Texts asked for in the same turn of the event loop travel together, at most
+//! [`TEXTS_PER_MESSAGE`] per message (so vectors stream back while a big batch is still being
+//! embedded); each message's vectors come back as one transferred `Float32Array`.
+//!
+//! Messages, pipeline worker → engine worker: `{type: "init", module}` (sent by the factory in
+//! `www/worker.js`: the compiled `WebAssembly.Module`, so the wasm is neither fetched nor compiled
+//! twice), `{type: "load", id, bytes}`, `{type: "embed", id, texts}`. Back: `{type: "loaded", id,
+//! modelId, dim}`, `{type: "refused", id, message}` (the engine rejected the model),
+//! `{type: "embedded", id, vectors}`, `{type: "broken", message}` (the wasm could not start or an
+//! embed threw: the worker is unusable).
+//!
+//! A worker that errors, breaks, or stays silent for [`DEADLINE_MS`] is terminated and every text
+//! waiting on it is answered with [`Gone`]; its owner ([`crate::engine_port::LocalEngine`]) then
+//! embeds on its own thread, so nothing waiting is lost.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use futures_channel::oneshot;
+use futures_util::future::{select, Either};
+use ternflow_core::ports::Clock;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+
+use crate::clock::BrowserClock;
+use crate::error::js_message;
+
+/// Texts per message at most.
+pub const TEXTS_PER_MESSAGE: usize = 32;
+/// How long the engine worker may leave a load or a text unanswered before it is deemed hung, ms.
+pub const DEADLINE_MS: u64 = 30_000;
+
+/// Why the engine worker cannot answer (it failed to start, threw, or hung): retry elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gone(pub String);
+
+impl std::fmt::Display for Gone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "engine worker: {}", self.0)
+    }
+}
+
+/// Why a model did not load in the engine worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadError {
+    /// The engine rejected the bytes (its message): permanent for these bytes.
+    Refused(String),
+    /// The worker cannot answer.
+    Gone(Gone),
+}
+
+/// A model the engine worker holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loaded {
+    /// Its model id.
+    pub model_id: String,
+    /// Length of its vectors.
+    pub dim: usize,
+}
+
+type VectorReply = oneshot::Sender<Result<Vec<f32>, Gone>>;
+
+enum Waiter {
+    Load(oneshot::Sender<Result<Loaded, LoadError>>),
+    Embed(Vec<VectorReply>),
+}
+
+struct Inner {
+    worker: web_sys::Worker,
+    next_id: Cell<u32>,
+    waiting: RefCell<HashMap<u32, Waiter>>,
+    /// Texts asked for in this turn, not yet posted.
+    queued: RefCell<Vec<(String, VectorReply)>>,
+    flush_scheduled: Cell<bool>,
+    gone: RefCell<Option<Gone>>,
+    dim: Cell<usize>,
+}
+
+/// The engine worker (see the [module docs](self)). Dropping it terminates the worker.
+pub struct EngineWorker {
+    inner: Rc<Inner>,
+    _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
+    _on_error: Closure<dyn FnMut(web_sys::Event)>,
+}
+
+impl std::fmt::Debug for EngineWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineWorker")
+            .field("waiting", &self.inner.waiting.borrow().len())
+            .field("gone", &*self.inner.gone.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+fn get(v: &JsValue, k: &str) -> JsValue {
+    js_sys::Reflect::get(v, &JsValue::from_str(k)).unwrap_or(JsValue::UNDEFINED)
+}
+
+fn set(o: &js_sys::Object, k: &str, v: &JsValue) {
+    // Setting a property on a fresh plain object cannot fail.
+    let _ = js_sys::Reflect::set(o, &JsValue::from_str(k), v);
+}
+
+impl Inner {
+    fn id(&self) -> u32 {
+        let id = self.next_id.get().wrapping_add(1);
+        self.next_id.set(id);
+        id
+    }
+
+    fn post(&self, msg: &js_sys::Object, transfer: Option<&js_sys::Array>) -> Result<(), Gone> {
+        let r = match transfer {
+            Some(t) => self.worker.post_message_with_transfer(msg, t),
+            None => self.worker.post_message(msg),
+        };
+        r.map_err(|e| Gone(format!("postMessage: {}", js_message(&e))))
+    }
+
+    /// Terminates the worker and answers everything waiting on it with `why`.
+    fn kill(&self, why: Gone) {
+        if self.gone.borrow().is_none() {
+            self.worker.terminate();
+            *self.gone.borrow_mut() = Some(why.clone());
+        }
+        // The first reason stands; whatever still waits (a late flush) is answered with it.
+        let why = self.gone.borrow().clone().unwrap_or(why);
+        let waiting: Vec<Waiter> = self.waiting.borrow_mut().drain().map(|(_, w)| w).collect();
+        let queued: Vec<(String, VectorReply)> = self.queued.borrow_mut().drain(..).collect();
+        for w in waiting {
+            match w {
+                Waiter::Load(tx) => {
+                    let _ = tx.send(Err(LoadError::Gone(why.clone())));
+                }
+                Waiter::Embed(txs) => {
+                    for tx in txs {
+                        let _ = tx.send(Err(why.clone()));
+                    }
+                }
+            }
+        }
+        for (_, tx) in queued {
+            let _ = tx.send(Err(why.clone()));
+        }
+    }
+
+    /// Posts the texts queued this turn, [`TEXTS_PER_MESSAGE`] per message.
+    fn flush(&self) {
+        self.flush_scheduled.set(false);
+        if let Some(g) = self.gone.borrow().clone() {
+            self.kill(g);
+            return;
+        }
+        let queued: Vec<(String, VectorReply)> = self.queued.borrow_mut().drain(..).collect();
+        let mut rest = queued.into_iter().peekable();
+        while rest.peek().is_some() {
+            let part: Vec<(String, VectorReply)> = rest.by_ref().take(TEXTS_PER_MESSAGE).collect();
+            let texts = js_sys::Array::new_with_length(part.len() as u32);
+            let mut replies = Vec::with_capacity(part.len());
+            for (i, (t, tx)) in part.into_iter().enumerate() {
+                texts.set(i as u32, JsValue::from_str(&t));
+                replies.push(tx);
+            }
+            let id = self.id();
+            let msg = js_sys::Object::new();
+            set(&msg, "type", &JsValue::from_str("embed"));
+            set(&msg, "id", &JsValue::from(id));
+            set(&msg, "texts", &texts);
+            self.waiting.borrow_mut().insert(id, Waiter::Embed(replies));
+            if let Err(g) = self.post(&msg, None) {
+                self.kill(g);
+                return;
+            }
+        }
+    }
+
+    fn receive(&self, data: &JsValue) {
+        let kind = get(data, "type").as_string().unwrap_or_default();
+        if kind == "broken" {
+            let why = get(data, "message").as_string().unwrap_or_default();
+            self.kill(Gone(why));
+            return;
+        }
+        let Some(id) = get(data, "id").as_f64().map(|n| n as u32) else {
+            return;
+        };
+        let Some(waiter) = self.waiting.borrow_mut().remove(&id) else {
+            return;
+        };
+        match (kind.as_str(), waiter) {
+            ("loaded", Waiter::Load(tx)) => {
+                let dim = get(data, "dim").as_f64().unwrap_or(0.0) as usize;
+                self.dim.set(dim);
+                let _ = tx.send(Ok(Loaded {
+                    model_id: get(data, "modelId").as_string().unwrap_or_default(),
+                    dim,
+                }));
+            }
+            ("refused", Waiter::Load(tx)) => {
+                let why = get(data, "message").as_string().unwrap_or_default();
+                let _ = tx.send(Err(LoadError::Refused(why)));
+            }
+            ("embedded", Waiter::Embed(txs)) => {
+                let all = get(data, "vectors")
+                    .dyn_into::<js_sys::Float32Array>()
+                    .map(|a| a.to_vec())
+                    .unwrap_or_default();
+                let dim = self.dim.get();
+                if dim == 0 || all.len() != dim * txs.len() {
+                    let why = Gone(format!(
+                        "answered {} values for {} texts of dimension {dim}",
+                        all.len(),
+                        txs.len()
+                    ));
+                    for tx in txs {
+                        let _ = tx.send(Err(why.clone()));
+                    }
+                    self.kill(why);
+                    return;
+                }
+                for (tx, v) in txs.into_iter().zip(all.chunks_exact(dim)) {
+                    let _ = tx.send(Ok(v.to_vec()));
+                }
+            }
+            (other, _) => self.kill(Gone(format!("unexpected answer `{other}` to request {id}"))),
+        }
+    }
+}
+
+/// Waits for `rx`, at most [`DEADLINE_MS`]; on the deadline the worker is deemed hung.
+async fn answer<T>(inner: &Rc<Inner>, rx: oneshot::Receiver<T>, what: &str) -> Option<T> {
+    let timer = BrowserClock.sleep(DEADLINE_MS);
+    futures_util::pin_mut!(timer);
+    match select(rx, timer).await {
+        Either::Left((Ok(v), _)) => Some(v),
+        Either::Left((Err(_), _)) => None,
+        Either::Right(_) => {
+            inner.kill(Gone(format!("no answer to {what} within {DEADLINE_MS} ms")));
+            None
+        }
+    }
+}
+
+impl EngineWorker {
+    /// Starts an engine worker with `factory` (a JS function returning a `Worker` that has been
+    /// sent its `init` message: `www/worker.js` passes one).
+    ///
+    /// # Errors
+    /// [`Gone`] when the factory throws or returns something that is not a `Worker`.
+    pub fn spawn(factory: &js_sys::Function) -> Result<Self, Gone> {
+        let worker = factory
+            .call0(&JsValue::UNDEFINED)
+            .map_err(|e| Gone(format!("could not be started: {}", js_message(&e))))?
+            .dyn_into::<web_sys::Worker>()
+            .map_err(|_| Gone("the factory did not return a Worker".into()))?;
+        let inner = Rc::new(Inner {
+            worker,
+            next_id: Cell::new(0),
+            waiting: RefCell::default(),
+            queued: RefCell::default(),
+            flush_scheduled: Cell::new(false),
+            gone: RefCell::new(None),
+            dim: Cell::new(0),
+        });
+        let weak = Rc::downgrade(&inner);
+        let on_message =
+            Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
+                if let Some(i) = weak.upgrade() {
+                    i.receive(&e.data());
+                }
+            });
+        let weak = Rc::downgrade(&inner);
+        // A script that fails to load fires a plain `Event`, an exception an `ErrorEvent`.
+        let on_error = Closure::<dyn FnMut(web_sys::Event)>::new(move |e: web_sys::Event| {
+            e.prevent_default();
+            if let Some(i) = weak.upgrade() {
+                let m = e
+                    .dyn_ref::<web_sys::ErrorEvent>()
+                    .map(web_sys::ErrorEvent::message)
+                    .unwrap_or_default();
+                i.kill(Gone(if m.is_empty() {
+                    "failed to start (is engine-worker.js served, as JavaScript?)".into()
+                } else {
+                    format!("failed: {m}")
+                }));
+            }
+        });
+        inner
+            .worker
+            .set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+        inner
+            .worker
+            .set_onerror(Some(on_error.as_ref().unchecked_ref()));
+        Ok(EngineWorker {
+            inner,
+            _on_message: on_message,
+            _on_error: on_error,
+        })
+    }
+
+    /// Why the worker cannot answer, once it cannot.
+    pub fn gone(&self) -> Option<Gone> {
+        self.inner.gone.borrow().clone()
+    }
+
+    /// Loads a model (a copy of `bytes` is transferred); resolves to its id and dimension.
+    ///
+    /// # Errors
+    /// [`LoadError::Refused`] with the engine's message when the bytes are not a valid model;
+    /// [`LoadError::Gone`] when the worker cannot answer.
+    pub async fn load(&self, bytes: &js_sys::Uint8Array) -> Result<Loaded, LoadError> {
+        if let Some(g) = self.gone() {
+            return Err(LoadError::Gone(g));
+        }
+        let copy = js_sys::Uint8Array::new(&bytes.buffer())
+            .slice(bytes.byte_offset(), bytes.byte_offset() + bytes.length());
+        let id = self.inner.id();
+        let (tx, rx) = oneshot::channel();
+        self.inner.waiting.borrow_mut().insert(id, Waiter::Load(tx));
+        let msg = js_sys::Object::new();
+        set(&msg, "type", &JsValue::from_str("load"));
+        set(&msg, "id", &JsValue::from(id));
+        set(&msg, "bytes", &copy.buffer());
+        let transfer = js_sys::Array::of1(&copy.buffer());
+        if let Err(g) = self.inner.post(&msg, Some(&transfer)) {
+            self.inner.kill(g.clone());
+            return Err(LoadError::Gone(g));
+        }
+        match answer(&self.inner, rx, "a model load").await {
+            Some(r) => r,
+            None => Err(LoadError::Gone(
+                self.gone().unwrap_or(Gone("stopped".into())),
+            )),
+        }
+    }
+
+    /// The vector of `text` (L2-normalised, as the engine's own `embed`).
+    ///
+    /// # Errors
+    /// [`Gone`] when the worker cannot answer.
+    pub async fn embed(&self, text: &str) -> Result<Vec<f32>, Gone> {
+        if let Some(g) = self.gone() {
+            return Err(g);
+        }
+        let (tx, rx) = oneshot::channel();
+        self.inner.queued.borrow_mut().push((text.to_owned(), tx));
+        if !self.inner.flush_scheduled.replace(true) {
+            let inner = self.inner.clone();
+            // Runs once the current turn's other jobs have queued their texts too.
+            wasm_bindgen_futures::spawn_local(async move { inner.flush() });
+        }
+        match answer(&self.inner, rx, "an embed").await {
+            Some(r) => r,
+            None => Err(self.gone().unwrap_or(Gone("stopped".into()))),
+        }
+    }
+
+    /// Terminates the worker now; whatever waits on it is answered with [`Gone`].
+    pub fn terminate(&self, why: &str) {
+        self.inner.kill(Gone(why.to_owned()));
+    }
+}
+
+impl Drop for EngineWorker {
+    fn drop(&mut self) {
+        self.inner.kill(Gone("dropped".into()));
+        self.inner.worker.set_onmessage(None);
+        self.inner.worker.set_onerror(None);
+    }
+}
