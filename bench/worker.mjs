@@ -1,6 +1,7 @@
 // Benchmark of the worker pipeline in headless Chromium, against a real `ternflow serve`.
 // Build first: scripts/build-pkg.sh && cargo build --release -p ternflow-cli
 // Run:         node bench/worker.mjs [--model FILE] [--n 300] [--concurrency C (default: the worker's, 64)] [--workers N] [--repeat R]
+//              [--config JSON (the workers' `config`, e.g. '{"engineWorker":false}' to keep the engine on the worker's thread)]
 // The bare engine and the 0 %-hits queue run R times (default 3) in turn, each on new texts; the
 // figures are medians and the share of the bare engine the median of the R pairs' ratios (this
 // machine's speed wanders between consecutive runs by more than the effect being measured).
@@ -18,7 +19,7 @@ import { snapshot, diff, describe, children } from "./cpu.mjs";
 import { availableParallelism } from "node:os";
 
 const root = resolve(fileURLToPath(new URL(".", import.meta.url)), "..");
-const args = { model: null, n: 300, concurrency: undefined, workers: 1, repeat: 3 };
+const args = { model: null, n: 300, concurrency: undefined, workers: 1, repeat: 3, config: undefined };
 for (let i = 2; i < process.argv.length; i++) {
   const k = process.argv[i];
   if (k === "--model") args.model = process.argv[++i];
@@ -26,6 +27,7 @@ for (let i = 2; i < process.argv.length; i++) {
   else if (k === "--concurrency") args.concurrency = Number(process.argv[++i]);
   else if (k === "--workers") args.workers = Number(process.argv[++i]);
   else if (k === "--repeat") args.repeat = Number(process.argv[++i]);
+  else if (k === "--config") args.config = JSON.parse(process.argv[++i]);
   else throw new Error(`unknown argument ${k}`);
 }
 const bin = resolve(root, "target/release/ternflow");
@@ -54,7 +56,7 @@ for (let i = 0; i < 100; i++) {
 
 const page = `<!doctype html><meta charset="utf-8"><script type="module">
 import { EmbeddingWorker } from "/pkg/client.js";
-const cfg = ${JSON.stringify({ api, token, concurrency: args.concurrency, workers: args.workers, repeat: args.repeat })};
+const cfg = ${JSON.stringify({ api, token, concurrency: args.concurrency, workers: args.workers, repeat: args.repeat, config: args.config })};
 const rawSets = ${JSON.stringify(Array.from({ length: args.repeat }, (_, i) => texts(`raw${i}-`, args.n)))};
 const queueSets = ${JSON.stringify(Array.from({ length: args.repeat }, (_, i) => texts(`queue${i}-`, args.n)))};
 const warm = ${JSON.stringify(texts("warm", 30))};
@@ -83,7 +85,7 @@ try {
   };
   // 2. The pipeline without a server: IndexedDB miss (embed + write) vs IndexedDB hit.
   const dbName = "bench-" + Date.now();
-  const local = new EmbeddingWorker({ model: { url: "/model.bin" }, dbName });
+  const local = new EmbeddingWorker({ config: cfg.config, model: { url: "/model.bin" }, dbName });
   await local.ready;
   await local.embedMany(warm);
   const miss = [], hit = [], idbHit = [];
@@ -91,14 +93,14 @@ try {
   for (const t of missTexts) { const a = performance.now(); await local.embed(t); hit.push(performance.now() - a); }
   local.terminate();
   // A fresh worker on the same database (as after a page reload): every hit is read from IndexedDB.
-  const reloaded = new EmbeddingWorker({ model: { url: "/model.bin" }, dbName });
+  const reloaded = new EmbeddingWorker({ config: cfg.config, model: { url: "/model.bin" }, dbName });
   await reloaded.ready;
   await reloaded.embedMany(warm);
   for (const t of missTexts) { const a = performance.now(); await reloaded.embed(t); idbHit.push(performance.now() - a); }
   reloaded.terminate();
   // Again after another reload, as one batch: embedMany reads every text in one IndexedDB
   // transaction; per item = the batch's time / n.
-  const reloaded2 = new EmbeddingWorker({ model: { url: "/model.bin" }, dbName });
+  const reloaded2 = new EmbeddingWorker({ config: cfg.config, model: { url: "/model.bin" }, dbName });
   await reloaded2.ready;
   await reloaded2.embedMany(warm);
   const b0 = performance.now();
@@ -135,7 +137,7 @@ try {
     es.onerror = () => es.readyState === EventSource.CLOSED && failed(new Error("events stream failed"));
   });
   const qs = await Promise.all(Array.from({ length: cfg.workers }, async (_, i) => {
-    const w = new EmbeddingWorker({ server: { url: cfg.api, token: cfg.token }, model: { url: "/model.bin" }, dbName: "bench-q-" + i + "-" + Date.now() });
+    const w = new EmbeddingWorker({ config: cfg.config, server: { url: cfg.api, token: cfg.token }, model: { url: "/model.bin" }, dbName: "bench-q-" + i + "-" + Date.now() });
     await w.ready;
     await w.embedMany(warm);
     return w;
@@ -200,7 +202,7 @@ try {
   // server finds each text in its cache when the job is claimed and finishes it there ("resolved"):
   // the worker only keeps the vectors locally and sends no ack.
   await q.stop({ deadline: 5000 });
-  const q2 = new EmbeddingWorker({ server: { url: cfg.api, token: cfg.token }, model: { url: "/model.bin" }, dbName: "bench-q2-" + Date.now() });
+  const q2 = new EmbeddingWorker({ config: cfg.config, server: { url: cfg.api, token: cfg.token }, model: { url: "/model.bin" }, dbName: "bench-q2-" + Date.now() });
   await q2.ready;
   const remoteHits = await drain(q2, "rh-" + runId + "-");
   q2.terminate();
@@ -219,11 +221,11 @@ try {
   // 50 % hits: a fresh worker; every other text is in the server's cache (put there by another
   // worker's embed(), so no job exists for it yet), the rest new; default (content) job ids.
   const cachedHalf = halfNew.filter((_, i) => i % 2 === 0);
-  const filler = new EmbeddingWorker({ server: { url: cfg.api, token: cfg.token }, model: { url: "/model.bin" }, dbName: "bench-fill-" + Date.now() });
+  const filler = new EmbeddingWorker({ config: cfg.config, server: { url: cfg.api, token: cfg.token }, model: { url: "/model.bin" }, dbName: "bench-fill-" + Date.now() });
   await filler.ready;
   await filler.embedMany(cachedHalf);
   filler.terminate();
-  const q3 = new EmbeddingWorker({ server: { url: cfg.api, token: cfg.token }, model: { url: "/model.bin" }, dbName: "bench-q3-" + Date.now() });
+  const q3 = new EmbeddingWorker({ config: cfg.config, server: { url: cfg.api, token: cfg.token }, model: { url: "/model.bin" }, dbName: "bench-q3-" + Date.now() });
   await q3.ready;
   await q3.embedMany(warm);
   const halfHits = await drain(q3, null, halfNew);
@@ -297,7 +299,7 @@ try {
   // The share of the bare engine: the median over the R (bare, queue) pairs of their ratio.
   const shares = r.queueRuns.map((ms, i) => (100 * r.n * 1000) / ms / r.raw.rates[i]);
   const share = [...shares].sort((x, y) => x - y)[Math.floor(shares.length / 2)];
-  console.log(`chromium ${browser.version()}, model ${r.raw.modelId}, n=${args.n}, ${args.workers} worker(s), concurrency ${args.concurrency ?? "default (64)"}`);
+  console.log(`chromium ${browser.version()}, model ${r.raw.modelId}, n=${args.n}, ${args.workers} worker(s), concurrency ${args.concurrency ?? "default (64)"}, engine ${r.stats.gauges.engine_in_worker === 1 ? "in its own worker" : "on the worker's thread"}`);
   console.log(`bare engine in a worker: ${rawRate.toFixed(1)} embeds/s${args.workers > 1 ? ` (the sum of ${args.workers} workers)` : ""} (median of ${args.repeat}: ${r.raw.rates.map((x) => x.toFixed(1)).join(", ")})`);
   console.log(`end-to-end queue (claim, local cache, embed, local write, ack carrying the remote write; 0% hits): ${queueRate.toFixed(1)} jobs/s = ${share.toFixed(1)}% of bare engine (median of ${args.repeat} pairs: ${shares.map((x) => x.toFixed(1) + "%").join(", ")})`);
   console.log(`CPU, bare engine (incl. model load and warm-up; per embed of each worker): ${cpuLine("bare", args.n * args.workers)}`);

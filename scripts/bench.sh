@@ -49,7 +49,11 @@ med() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
 
   section "Worker pipeline in headless Chromium (node bench/worker.mjs --n $N)"
   node bench/worker.mjs --n "$N" 2>/dev/null
-  node bench/worker.mjs --n "$N" --workers "$(nproc)" 2>/dev/null | grep -E "^(chromium|bare|end-to-end|CPU)"
+  # One worker per core: each engine on its worker's thread (with an engine worker each, the
+  # extra threads only add switching when every core already runs an engine: docs/worker.md).
+  node bench/worker.mjs --n "$N" --workers "$(nproc)" --config '{"engineWorker":false}' 2>/dev/null | grep -E "^(chromium|bare|end-to-end|CPU)"
+  echo "(the same, an engine worker each:)"
+  node bench/worker.mjs --n "$N" --workers "$(nproc)" 2>/dev/null | grep -E "^(chromium|end-to-end)"
   endsec
 
   section "Server queue and cache on Redis vs BullMQ and redis-benchmark (same Redis)"
