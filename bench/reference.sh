@@ -29,6 +29,9 @@ fmt=$(python3 -c 'import sys; b=open(sys.argv[1],"rb").read(64); print({0:"fp32"
 (cd "$OUT/src/engine" && CARGO_TARGET_DIR="$PWD/../../target" cargo build -q --release \
   --target wasm32-unknown-unknown --features "emb_$fmt")
 wasm-bindgen --target nodejs --out-dir "$OUT/pkg" "$OUT/target/wasm32-unknown-unknown/release/tern_engine.wasm"
+# CommonJS glue: without a package.json of its own, node takes the type from the repository's
+# ("module") when the build directory is inside it (the default).
+echo '{ "type": "commonjs" }' > "$OUT/pkg/package.json"
 # ours as users get it: the npm package's wasm (wasm-opt -O3), unless REF_OURS_BUILT=1
 [ "${REF_OURS_BUILT:-0}" = 1 ] || scripts/build-pkg.sh >/dev/null
 echo "# $(date -u +%FT%TZ) $(nproc) cores, load average: $(cut -d' ' -f1-3 /proc/loadavg); model $(basename "$MODEL") ($fmt embeddings)"

@@ -39,7 +39,10 @@ const cfg = ${JSON.stringify({ servers: args.servers, token: args.token, n: args
 try {
   window.__workers = await Promise.all(Array.from({ length: cfg.n }, async (_, i) => {
     const url = cfg.servers[i % cfg.servers.length];
-    const w = new EmbeddingWorker({ server: { url, token: cfg.token }, dbName: "ternflow-demo-" + i + "-" + Date.now() });
+    // One worker per core by default: each engine on its worker's thread (an engine worker each
+    // would only add thread switching when every core already runs an engine: docs/worker.md).
+    const config = cfg.n >= navigator.hardwareConcurrency ? { engineWorker: false } : {};
+    const w = new EmbeddingWorker({ server: { url, token: cfg.token }, dbName: "ternflow-demo-" + i + "-" + Date.now(), config });
     await w.ready;
     await w.start();
     return w;
