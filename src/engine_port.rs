@@ -83,17 +83,17 @@ impl LocalEngine {
     /// # Errors
     /// [`WorkerError::ModelRefused`] (engine worker) or [`WorkerError::Engine`] (this thread)
     /// when the file is not a valid model.
-    pub async fn install(&self, bytes: Vec<u8>) -> Result<String, WorkerError> {
+    pub async fn install(&self, bytes: &[u8]) -> Result<String, WorkerError> {
         let factory = self.factory.borrow().clone();
         let Some(factory) = factory else {
-            return self.load(&bytes);
+            return self.load(bytes);
         };
         let current = self.offload.borrow().as_ref().map(|o| o.worker.clone());
         let worker = match current.filter(|w| w.gone().is_none()) {
             Some(w) => Ok(w),
             None => EngineWorker::spawn(&factory).map(Rc::new),
         };
-        let kept = js_sys::Uint8Array::from(bytes.as_slice());
+        let kept = js_sys::Uint8Array::from(bytes);
         let gone = match worker {
             Ok(worker) => match worker.load(&kept).await {
                 Ok(loaded) => {
@@ -112,7 +112,7 @@ impl LocalEngine {
             Err(g) => g,
         };
         warn(&format!("{gone}; the model runs on the pipeline's thread"));
-        self.load(&bytes)
+        self.load(bytes)
     }
 
     /// Makes `engine` the loaded one (on this thread).
@@ -401,8 +401,7 @@ pub async fn load_model_from(
     let fetched = fetch_model(url, sha256, opts).await?;
     let from_cache = fetched.from_cache;
     let bytes = fetched.bytes;
-    // The bytes go to the engine; a copy stays here to be stored once they loaded.
-    match engine.install(bytes.clone()).await {
+    match engine.install(&bytes).await {
         Ok(id) => {
             if !from_cache {
                 store_model(url, &bytes).await;

@@ -355,7 +355,7 @@ fn post_progress(id: u32, phase: &str, loaded: u64, total: Option<u64>) {
 pub async fn load_model_bytes(bytes: Vec<u8>) -> Result<String, JsError> {
     let engine = STATE.with(|s| s.borrow().engine.clone());
     engine
-        .install(bytes)
+        .install(&bytes)
         .await
         .map_err(|e| JsError::new(&e.to_string()))
 }

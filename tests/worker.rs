@@ -877,10 +877,7 @@ async fn an_engine_worker_that_cannot_start_leaves_the_model_on_this_thread() {
     for f in factories {
         let e = LocalEngine::new();
         e.set_worker_factory(Some(f));
-        let id = e
-            .install(MODEL.to_vec())
-            .await
-            .expect("loads on this thread");
+        let id = e.install(MODEL).await.expect("loads on this thread");
         assert_eq!(e.thread(), EngineThread::Inline);
         assert_eq!(Some(id), e.model_id());
         let v = e.embed("still embedded", "").await.unwrap();
@@ -896,7 +893,7 @@ async fn a_model_the_engine_worker_refuses_is_bad_model() {
         "self.onmessage = ({ data: m }) => \
            self.postMessage({ type: 'refused', id: m.id, message: 'bad magic: expected \"TERN\"' });",
     )));
-    let err = e.install(b"<!doctype html>".to_vec()).await.unwrap_err();
+    let err = e.install(b"<!doctype html>").await.unwrap_err();
     assert_eq!(err.code(), "bad_model", "{err}");
     assert!(err.to_string().contains("bad magic"), "{err}");
     assert_eq!(e.thread(), EngineThread::None);
@@ -924,7 +921,7 @@ async fn an_engine_worker_that_dies_mid_batch_loses_no_text() {
         &inline_id,
         "self.postMessage({ type: 'broken', message: 'embed threw: unreachable' });",
     )));
-    assert_eq!(e.install(MODEL.to_vec()).await.unwrap(), inline_id);
+    assert_eq!(e.install(MODEL).await.unwrap(), inline_id);
     assert_eq!(e.thread(), EngineThread::Worker);
     let p = pipeline_with(&uniq("ew-broken"), Config::default(), e.clone(), 1_000).await;
     let got = p.resolve_many(&texts, None, |_, _| {}).await;
@@ -949,7 +946,7 @@ async fn an_engine_worker_that_dies_mid_batch_loses_no_text() {
     let (texts, want) = texts_and_vectors();
     let e = LocalEngine::new();
     e.set_worker_factory(Some(loading_worker(&inline_id, "/* never answers */")));
-    e.install(MODEL.to_vec()).await.unwrap();
+    e.install(MODEL).await.unwrap();
     let p = pipeline_with(&uniq("ew-silent"), Config::default(), e.clone(), 1_000).await;
     let killer = async {
         sleep(300).await;
