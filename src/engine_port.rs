@@ -29,6 +29,8 @@ pub struct LocalEngine {
     offload: Rc<RefCell<Option<Offload>>>,
     /// Starts an engine worker; `None`: the model runs on this thread.
     factory: Rc<RefCell<Option<js_sys::Function>>>,
+    /// Silence after which an engine worker is deemed hung, ms (`None`: the default).
+    deadline_ms: Rc<std::cell::Cell<Option<u64>>>,
     /// Test hook: when set, every embed fails (an engine that cannot run).
     fail: Rc<std::cell::Cell<bool>>,
 }
@@ -64,6 +66,13 @@ impl LocalEngine {
         *self.factory.borrow_mut() = factory;
     }
 
+    /// How long an engine worker started from now on may stay silent while it owes an answer
+    /// before it is deemed hung and the model moves to this thread, ms (default
+    /// [`DEADLINE_MS`](crate::engine_worker::DEADLINE_MS)).
+    pub fn set_worker_deadline_ms(&self, ms: u64) {
+        self.deadline_ms.set(Some(ms));
+    }
+
     /// Loads a TERN v1 model from bytes on this thread, replacing any loaded one; returns its
     /// model id.
     ///
@@ -91,7 +100,13 @@ impl LocalEngine {
         let current = self.offload.borrow().as_ref().map(|o| o.worker.clone());
         let worker = match current.filter(|w| w.gone().is_none()) {
             Some(w) => Ok(w),
-            None => EngineWorker::spawn(&factory).map(Rc::new),
+            None => EngineWorker::spawn(
+                &factory,
+                self.deadline_ms
+                    .get()
+                    .unwrap_or(crate::engine_worker::DEADLINE_MS),
+            )
+            .map(Rc::new),
         };
         let kept = js_sys::Uint8Array::from(bytes);
         let gone = match worker {

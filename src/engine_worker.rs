@@ -14,9 +14,9 @@
 //! `{type: "embedded", id, vectors}`, `{type: "broken", message}` (the wasm could not start or an
 //! embed threw: the worker is unusable).
 //!
-//! A worker that errors, breaks, or stays silent for [`DEADLINE_MS`] is terminated and every text
-//! waiting on it is answered with [`Gone`]; its owner ([`crate::engine_port::LocalEngine`]) then
-//! embeds on its own thread, so nothing waiting is lost.
+//! A worker that errors, breaks, or stays silent for [`DEADLINE_MS`] while it owes an answer is
+//! terminated and every text waiting on it is answered with [`Gone`]; its owner
+//! ([`crate::engine_port::LocalEngine`]) then embeds on its own thread, so nothing waiting is lost.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -35,7 +35,10 @@ use crate::error::js_message;
 /// the engine has the next one queued while the pipeline claims, reads and acks; 64 (the whole
 /// window in one message) measured 76–81 % of the bare engine instead of 90–97 % (docs/worker.md).
 pub const TEXTS_PER_MESSAGE: usize = 32;
-/// How long the engine worker may leave a load or a text unanswered before it is deemed hung, ms.
+/// How long the engine worker may stay silent while it owes an answer before it is deemed hung,
+/// ms, unless [`EngineWorker::spawn`] is given another. Silence, not the wait of one text: a text
+/// queued behind a long backlog waits as long as the worker keeps answering the messages before
+/// it.
 pub const DEADLINE_MS: u64 = 30_000;
 
 /// Why the engine worker cannot answer (it failed to start, threw, or hung): retry elsewhere.
@@ -82,6 +85,10 @@ struct Inner {
     flush_scheduled: Cell<bool>,
     gone: RefCell<Option<Gone>>,
     dim: Cell<usize>,
+    /// When the worker last answered, or was sent work while it owed nothing (ms).
+    last_progress: Cell<u64>,
+    /// Silence that makes it hung, ms.
+    deadline_ms: u64,
 }
 
 /// The engine worker (see the [module docs](self)). Dropping it terminates the worker.
@@ -110,6 +117,15 @@ fn set(o: &js_sys::Object, k: &str, v: &JsValue) {
 }
 
 impl Inner {
+    /// Registers a request awaiting its answer; the silence clock starts if none was owed.
+    fn expect(&self, id: u32, w: Waiter) {
+        let mut waiting = self.waiting.borrow_mut();
+        if waiting.is_empty() {
+            self.last_progress.set(BrowserClock.now_ms());
+        }
+        waiting.insert(id, w);
+    }
+
     fn id(&self) -> u32 {
         let id = self.next_id.get().wrapping_add(1);
         self.next_id.set(id);
@@ -173,7 +189,7 @@ impl Inner {
             set(&msg, "type", &JsValue::from_str("embed"));
             set(&msg, "id", &JsValue::from(id));
             set(&msg, "texts", &texts);
-            self.waiting.borrow_mut().insert(id, Waiter::Embed(replies));
+            self.expect(id, Waiter::Embed(replies));
             if let Err(g) = self.post(&msg, None) {
                 self.kill(g);
                 return;
@@ -182,6 +198,7 @@ impl Inner {
     }
 
     fn receive(&self, data: &JsValue) {
+        self.last_progress.set(BrowserClock.now_ms());
         let kind = get(data, "type").as_string().unwrap_or_default();
         if kind == "broken" {
             let why = get(data, "message").as_string().unwrap_or_default();
@@ -234,27 +251,44 @@ impl Inner {
     }
 }
 
-/// Waits for `rx`, at most [`DEADLINE_MS`]; on the deadline the worker is deemed hung.
+/// Waits for `rx`; when the worker has owed answers for its deadline without giving any, it is
+/// deemed hung.
 async fn answer<T>(inner: &Rc<Inner>, rx: oneshot::Receiver<T>, what: &str) -> Option<T> {
-    let timer = BrowserClock.sleep(DEADLINE_MS);
-    futures_util::pin_mut!(timer);
-    match select(rx, timer).await {
-        Either::Left((Ok(v), _)) => Some(v),
-        Either::Left((Err(_), _)) => None,
-        Either::Right(_) => {
-            inner.kill(Gone(format!("no answer to {what} within {DEADLINE_MS} ms")));
-            None
+    let mut rx = rx;
+    loop {
+        let silent = BrowserClock
+            .now_ms()
+            .saturating_sub(inner.last_progress.get());
+        let timer = BrowserClock.sleep(inner.deadline_ms.saturating_sub(silent).max(1));
+        futures_util::pin_mut!(timer);
+        match select(rx, timer).await {
+            Either::Left((Ok(v), _)) => return Some(v),
+            Either::Left((Err(_), _)) => return None,
+            Either::Right(((), pending)) => {
+                let silent = BrowserClock
+                    .now_ms()
+                    .saturating_sub(inner.last_progress.get());
+                if silent >= inner.deadline_ms {
+                    inner.kill(Gone(format!(
+                        "no answer for {} ms while waiting for {what}",
+                        inner.deadline_ms
+                    )));
+                    return None;
+                }
+                rx = pending;
+            }
         }
     }
 }
 
 impl EngineWorker {
     /// Starts an engine worker with `factory` (a JS function returning a `Worker` that has been
-    /// sent its `init` message: `www/worker.js` passes one).
+    /// sent its `init` message: `www/worker.js` passes one), deemed hung after `deadline_ms` of
+    /// silence while it owes an answer.
     ///
     /// # Errors
     /// [`Gone`] when the factory throws or returns something that is not a `Worker`.
-    pub fn spawn(factory: &js_sys::Function) -> Result<Self, Gone> {
+    pub fn spawn(factory: &js_sys::Function, deadline_ms: u64) -> Result<Self, Gone> {
         let worker = factory
             .call0(&JsValue::UNDEFINED)
             .map_err(|e| Gone(format!("could not be started: {}", js_message(&e))))?
@@ -268,6 +302,8 @@ impl EngineWorker {
             flush_scheduled: Cell::new(false),
             gone: RefCell::new(None),
             dim: Cell::new(0),
+            last_progress: Cell::new(BrowserClock.now_ms()),
+            deadline_ms,
         });
         let weak = Rc::downgrade(&inner);
         let on_message =
@@ -323,7 +359,7 @@ impl EngineWorker {
             .slice(bytes.byte_offset(), bytes.byte_offset() + bytes.length());
         let id = self.inner.id();
         let (tx, rx) = oneshot::channel();
-        self.inner.waiting.borrow_mut().insert(id, Waiter::Load(tx));
+        self.inner.expect(id, Waiter::Load(tx));
         let msg = js_sys::Object::new();
         set(&msg, "type", &JsValue::from_str("load"));
         set(&msg, "id", &JsValue::from(id));
