@@ -143,6 +143,14 @@ try {
     return w;
   }));
   const q = qs[0];
+  // JS heaps of the page and its workers now (the queue workers, models loaded, nothing else
+  // running), per Chromium's own measurement (cross-origin isolated; wasm memory is not in it:
+  // the workers' gauges report that).
+  let memory = null;
+  if (performance.measureUserAgentSpecificMemory) {
+    const m = await performance.measureUserAgentSpecificMemory();
+    memory = { bytes: m.bytes };
+  }
   // 3. The bare engine and the 0 %-hits queue in turn, R times.
   const queue0 = async (i) => {
     const ids = await enqueue(queueSets[i].map((text) => ({ text })));
@@ -195,7 +203,7 @@ try {
   const runId = Date.now().toString(36);
   if (cfg.workers > 1) {
     q.terminate();
-    window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), idbBatchItem, queueMs, queueRuns, n: queueTexts.length, stats };
+    window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), idbBatchItem, queueMs, queueRuns, n: queueTexts.length, stats, memory };
     throw "done";
   }
   // 100 % remote hits: the same texts under new job ids, a fresh worker (local cache empty). The
@@ -232,7 +240,7 @@ try {
   // 0 % hits with producer-chosen job ids (their lease guards them, as it does default ids).
   const explicitIds = await drain(q3, "ex-" + runId + "-", halfNew.map((t) => t + " x"));
   q3.terminate();
-  window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), idbBatchItem, queueMs, queueRuns, n: queueTexts.length, stats, localHits, remoteHits, halfHits, explicitIds };
+  window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), idbBatchItem, queueMs, queueRuns, n: queueTexts.length, stats, memory, localHits, remoteHits, halfHits, explicitIds };
 } catch (e) { if (e !== "done") window.__error = String(e && e.stack || e); }
 </script>`;
 
@@ -283,6 +291,8 @@ const browser = await chromium.launch({
   executablePath: "/usr/bin/chromium",
   args: ["--no-sandbox", "--headless=new", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run",
+    // measureUserAgentSpecificMemory answers at once instead of at the next GC (up to 20 s)
+    "--enable-blink-features=ForceEagerMeasureMemory",
     // e.g. BENCH_CHROMIUM_ARGS=--js-flags=--perf-basic-prof, for `perf record` of the workers
     ...(process.env.BENCH_CHROMIUM_ARGS ?? "").split(" ").filter(Boolean)],
 });
@@ -322,6 +332,9 @@ try {
   console.log(`local hit after a reload (read from IndexedDB): median ${r.idbHitMedian.toFixed(3)} ms = ${(r.missMedian / r.idbHitMedian).toFixed(1)}x faster than a miss`);
   console.log(`local hits after a reload, batched (embedMany of ${args.n}, one IndexedDB read): ${r.idbBatchItem.toFixed(3)} ms per item = ${(r.missMedian / r.idbBatchItem).toFixed(1)}x faster than a miss`);
   console.log(`wasm memory after model load: ${(r.raw.memoryBytes / 1048576).toFixed(1)} MiB; cold start (load + first embed in a worker): ${r.raw.coldMs.toFixed(1)} ms`);
+  const g = r.stats.gauges;
+  const mib = (b) => `${((b ?? 0) / 1048576).toFixed(1)} MiB`;
+  console.log(`wasm memory of the first queue worker after 0% hits: ${mib(g.wasm_memory_bytes)} in its thread + ${mib(g.engine_worker_memory_bytes)} in its engine worker; JS heaps of the page and its workers ${mib(r.memory?.bytes)} (measureUserAgentSpecificMemory)`);
 } finally {
   await browser.close();
   http.close();

@@ -153,6 +153,14 @@ impl LocalEngine {
         }
     }
 
+    /// The engine worker's wasm memory, bytes, while the model runs in one.
+    pub fn worker_memory_bytes(&self) -> Option<f64> {
+        self.offload
+            .borrow()
+            .as_ref()
+            .map(|o| o.worker.memory_bytes())
+    }
+
     /// Terminates the engine worker, as if it had crashed (the next embed moves the model to this
     /// thread). For tests and the `crash-engine-worker` chaos step; `false` when there is none.
     pub fn kill_worker(&self) -> bool {

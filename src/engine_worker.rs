@@ -10,8 +10,8 @@
 //! Messages, pipeline worker → engine worker: `{type: "init", module}` (sent by the factory in
 //! `www/worker.js`: the compiled `WebAssembly.Module`, so the wasm is neither fetched nor compiled
 //! twice), `{type: "load", id, bytes}`, `{type: "embed", id, texts}`. Back: `{type: "loaded", id,
-//! modelId, dim}`, `{type: "refused", id, message}` (the engine rejected the model),
-//! `{type: "embedded", id, vectors}`, `{type: "broken", message}` (the wasm could not start or an
+//! modelId, dim, memoryBytes}`, `{type: "refused", id, message}` (the engine rejected the model),
+//! `{type: "embedded", id, vectors, memoryBytes}` (`memoryBytes`: its wasm memory), `{type: "broken", message}` (the wasm could not start or an
 //! embed threw: the worker is unusable).
 //!
 //! A worker that errors, breaks, or stays silent for [`DEADLINE_MS`] while it owes an answer is
@@ -85,6 +85,8 @@ struct Inner {
     flush_scheduled: Cell<bool>,
     gone: RefCell<Option<Gone>>,
     dim: Cell<usize>,
+    /// The engine worker's wasm memory, bytes, as it last reported.
+    memory_bytes: Cell<f64>,
     /// When the worker last answered, or was sent work while it owed nothing (ms).
     last_progress: Cell<u64>,
     /// Silence that makes it hung, ms.
@@ -199,6 +201,9 @@ impl Inner {
 
     fn receive(&self, data: &JsValue) {
         self.last_progress.set(BrowserClock.now_ms());
+        if let Some(m) = get(data, "memoryBytes").as_f64() {
+            self.memory_bytes.set(m);
+        }
         let kind = get(data, "type").as_string().unwrap_or_default();
         if kind == "broken" {
             let why = get(data, "message").as_string().unwrap_or_default();
@@ -302,6 +307,7 @@ impl EngineWorker {
             flush_scheduled: Cell::new(false),
             gone: RefCell::new(None),
             dim: Cell::new(0),
+            memory_bytes: Cell::new(0.0),
             last_progress: Cell::new(BrowserClock.now_ms()),
             deadline_ms,
         });
@@ -339,6 +345,12 @@ impl EngineWorker {
             _on_message: on_message,
             _on_error: on_error,
         })
+    }
+
+    /// The engine worker's wasm memory as it last reported (after a load, after each message),
+    /// bytes.
+    pub fn memory_bytes(&self) -> f64 {
+        self.inner.memory_bytes.get()
     }
 
     /// Why the worker cannot answer, once it cannot.

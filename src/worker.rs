@@ -522,13 +522,21 @@ async fn start(concurrency: Option<u32>) -> Result<(), WorkerError> {
     Ok(())
 }
 
-/// The breakers' gauges and where the model runs.
+/// The breakers' gauges, where the model runs, and the wasm memory of both instances.
 fn update_gauges(p: &Pipeline<Browser>) {
+    use ternflow_core::metrics::gauges;
     p.update_breaker_gauges();
-    let in_worker = p.adapters.engine.thread() == EngineThread::Worker;
+    let engine = &p.adapters.engine;
+    let in_worker = engine.thread() == EngineThread::Worker;
+    p.metrics
+        .set_gauge(gauges::ENGINE_IN_WORKER, if in_worker { 1.0 } else { 0.0 });
     p.metrics.set_gauge(
-        ternflow_core::metrics::gauges::ENGINE_IN_WORKER,
-        if in_worker { 1.0 } else { 0.0 },
+        gauges::WASM_MEMORY_BYTES,
+        crate::engine_api::wasm_memory_bytes(),
+    );
+    p.metrics.set_gauge(
+        gauges::ENGINE_WORKER_MEMORY_BYTES,
+        engine.worker_memory_bytes().unwrap_or(0.0),
     );
 }
 

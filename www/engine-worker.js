@@ -1,7 +1,7 @@
 // The engine's own worker, started by worker.js (the pipeline's worker) so that embeds never hold
 // the thread its network and IndexedDB work runs on. It only embeds: the pipeline worker sends it
 // the compiled wasm, then a model, then texts; the protocol is in src/engine_worker.rs.
-import init, { TernflowEngine } from "./ternflow.js";
+import init, { TernflowEngine, wasmMemoryBytes } from "./ternflow.js";
 
 let ready = null;
 let engine = null;
@@ -29,7 +29,9 @@ self.onmessage = async ({ data: msg }) => {
     }
     engine?.free();
     engine = next;
-    self.postMessage({ type: "loaded", id: msg.id, modelId: engine.modelId, dim: engine.outputDim });
+    self.postMessage({
+      type: "loaded", id: msg.id, modelId: engine.modelId, dim: engine.outputDim, memoryBytes: wasmMemoryBytes(),
+    });
   } else if (msg.type === "embed") {
     let vectors;
     try {
@@ -39,6 +41,6 @@ self.onmessage = async ({ data: msg }) => {
       self.postMessage({ type: "broken", message: `embed threw: ${message(e)}` });
       return;
     }
-    self.postMessage({ type: "embedded", id: msg.id, vectors }, [vectors.buffer]);
+    self.postMessage({ type: "embedded", id: msg.id, vectors, memoryBytes: wasmMemoryBytes() }, [vectors.buffer]);
   }
 };

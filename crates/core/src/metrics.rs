@@ -81,6 +81,10 @@ pub mod gauges {
     /// Where the browser worker's model runs: 1 in an engine worker of its own, 0 on the
     /// pipeline's thread (no nested workers, or that worker failed).
     pub const ENGINE_IN_WORKER: &str = "engine_in_worker";
+    /// Bytes of wasm memory of this worker's instance.
+    pub const WASM_MEMORY_BYTES: &str = "wasm_memory_bytes";
+    /// Bytes of wasm memory of the engine worker's instance (0 when there is none).
+    pub const ENGINE_WORKER_MEMORY_BYTES: &str = "engine_worker_memory_bytes";
 }
 
 /// Latency histogram names (each reported as `<name>_p50_ms`, `_p99_ms`, `_mean_ms`).
