@@ -48,7 +48,8 @@ med() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
   echo "This file is the script's output; rerun it rather than editing it."
 
   section "Worker pipeline in headless Chromium (node bench/worker.mjs --n $N)"
-  node bench/worker.mjs --n "$N" 2>/dev/null
+  # Five bare/queue pairs for the one-worker share (a run of three moves by ±10 points here).
+  node bench/worker.mjs --n "$N" --repeat 5 2>/dev/null
   # One worker per core: each engine on its worker's thread (with an engine worker each, the
   # extra threads only add switching when every core already runs an engine: docs/worker.md).
   node bench/worker.mjs --n "$N" --workers "$(nproc)" --config '{"engineWorker":false}' 2>/dev/null | grep -E "^(chromium|bare|end-to-end|CPU)"
