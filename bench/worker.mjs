@@ -1,6 +1,6 @@
 // Benchmark of the worker pipeline in headless Chromium, against a real `ternflow serve`.
 // Build first: scripts/build-pkg.sh && cargo build --release -p ternflow-cli
-// Run:         node bench/worker.mjs [--model FILE] [--n 300] [--concurrency C (default: the worker's, 64)] [--workers N] [--repeat R]
+// Run:         node bench/worker.mjs [--model FILE] [--n 300] [--concurrency C (default: the worker's, 128)] [--workers N] [--repeat R]
 //              [--config JSON (the workers' `config`, e.g. '{"engineWorker":false}' to keep the engine on the worker's thread)]
 // The bare engine and the 0 %-hits queue run R times (default 3) in turn, each on new texts; the
 // figures are medians and the share of the bare engine the median of the R pairs' ratios (this
@@ -309,7 +309,7 @@ try {
   // The share of the bare engine: the median over the R (bare, queue) pairs of their ratio.
   const shares = r.queueRuns.map((ms, i) => (100 * r.n * 1000) / ms / r.raw.rates[i]);
   const share = [...shares].sort((x, y) => x - y)[Math.floor(shares.length / 2)];
-  console.log(`chromium ${browser.version()}, model ${r.raw.modelId}, n=${args.n}, ${args.workers} worker(s), concurrency ${args.concurrency ?? "default (64)"}, engine ${r.stats.gauges.engine_in_worker === 1 ? "in its own worker" : "on the worker's thread"}`);
+  console.log(`chromium ${browser.version()}, model ${r.raw.modelId}, n=${args.n}, ${args.workers} worker(s), concurrency ${args.concurrency ?? "default (128)"}, engine ${r.stats.gauges.engine_in_worker === 1 ? "in its own worker" : "on the worker's thread"}`);
   console.log(`bare engine in a worker: ${rawRate.toFixed(1)} embeds/s${args.workers > 1 ? ` (the sum of ${args.workers} workers)` : ""} (median of ${args.repeat}: ${r.raw.rates.map((x) => x.toFixed(1)).join(", ")})`);
   console.log(`end-to-end queue (claim, local cache, embed, local write, ack carrying the remote write; 0% hits): ${queueRate.toFixed(1)} jobs/s = ${share.toFixed(1)}% of bare engine (median of ${args.repeat} pairs: ${shares.map((x) => x.toFixed(1) + "%").join(", ")})`);
   console.log(`CPU, bare engine (incl. model load and warm-up; per embed of each worker): ${cpuLine("bare", args.n * args.workers)}`);

@@ -31,9 +31,10 @@ use wasm_bindgen::JsCast;
 use crate::clock::BrowserClock;
 use crate::error::js_message;
 
-/// Texts per message at most. With the default concurrency (64) two messages are in flight, so
-/// the engine has the next one queued while the pipeline claims, reads and acks; 64 (the whole
-/// window in one message) measured 76–81 % of the bare engine instead of 90–97 % (docs/worker.md).
+/// Texts per message at most. With a concurrency of 64 or more, two or more messages are in
+/// flight, so the engine has the next one queued while the pipeline claims, reads and acks; 64
+/// at a concurrency of 64 (the whole window in one message) measured 76–81 % of the bare engine
+/// instead of 90–97 % (docs/worker.md).
 pub const TEXTS_PER_MESSAGE: usize = 32;
 /// How long the engine worker may stay silent while it owes an answer before it is deemed hung,
 /// ms, unless [`EngineWorker::spawn`] is given another. Silence, not the wait of one text: a text

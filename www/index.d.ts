@@ -51,7 +51,7 @@ export interface BackoffConfig {
 export interface WorkerConfig {
   /** Default: a random `w-xxxxxxxx`, so every worker reports its own metrics. */
   workerId?: string;
-  /** Jobs in flight at once (default 16). */
+  /** Jobs in flight at once (default 128; leases held stay at most twice this). */
   concurrency?: number;
   maxTextBytes?: number;
   localTtlMs?: number;

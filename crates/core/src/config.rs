@@ -55,7 +55,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             worker_id: String::new(),
-            concurrency: 64,
+            concurrency: 128,
             max_text_bytes: 16 * 1024,
             local_ttl_ms: 7 * 24 * 3_600_000,
             remote_ttl_ms: 24 * 3_600_000,
