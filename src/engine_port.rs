@@ -108,22 +108,24 @@ impl LocalEngine {
             )
             .map(Rc::new),
         };
-        let kept = js_sys::Uint8Array::from(bytes);
         let gone = match worker {
-            Ok(worker) => match worker.load(&kept).await {
-                Ok(loaded) => {
-                    let id = loaded.model_id.clone();
-                    *self.slot.borrow_mut() = None;
-                    *self.offload.borrow_mut() = Some(Offload {
-                        worker,
-                        model_id: loaded.model_id,
-                        bytes: kept,
-                    });
-                    return Ok(id);
+            Ok(worker) => {
+                let kept = js_sys::Uint8Array::from(bytes);
+                match worker.load(&kept).await {
+                    Ok(loaded) => {
+                        let id = loaded.model_id.clone();
+                        *self.slot.borrow_mut() = None;
+                        *self.offload.borrow_mut() = Some(Offload {
+                            worker,
+                            model_id: loaded.model_id,
+                            bytes: kept,
+                        });
+                        return Ok(id);
+                    }
+                    Err(LoadError::Refused(m)) => return Err(WorkerError::ModelRefused(m)),
+                    Err(LoadError::Gone(g)) => g,
                 }
-                Err(LoadError::Refused(m)) => return Err(WorkerError::ModelRefused(m)),
-                Err(LoadError::Gone(g)) => g,
-            },
+            }
             Err(g) => g,
         };
         warn(&format!("{gone}; the model runs on the pipeline's thread"));
@@ -162,7 +164,7 @@ impl LocalEngine {
     }
 
     /// Terminates the engine worker, as if it had crashed (the next embed moves the model to this
-    /// thread). For tests and the `crash-engine-worker` chaos step; `false` when there is none.
+    /// thread; the tests use it); `false` when there is none.
     pub fn kill_worker(&self) -> bool {
         match self.offload.borrow().as_ref() {
             Some(o) => {
@@ -424,24 +426,20 @@ pub async fn load_model_from(
     let fetched = fetch_model(url, sha256, opts).await?;
     let from_cache = fetched.from_cache;
     let bytes = fetched.bytes;
-    match engine.install(&bytes).await {
+    let refused = match engine.install(&bytes).await {
         Ok(id) => {
             if !from_cache {
                 store_model(url, &bytes).await;
             }
-            Ok(id)
+            return Ok(id);
         }
-        Err(e @ (WorkerError::Engine(_) | WorkerError::ModelRefused(_))) => {
-            evict_model(url).await;
-            Err(WorkerError::BadModel {
-                url: url.to_owned(),
-                message: match e {
-                    WorkerError::ModelRefused(m) => m,
-                    WorkerError::Engine(e) => e.to_string(),
-                    other => other.to_string(),
-                },
-            })
-        }
-        Err(e) => Err(e),
-    }
+        Err(WorkerError::ModelRefused(m)) => m,
+        Err(WorkerError::Engine(e)) => e.to_string(),
+        Err(e) => return Err(e),
+    };
+    evict_model(url).await;
+    Err(WorkerError::BadModel {
+        url: url.to_owned(),
+        message: refused,
+    })
 }

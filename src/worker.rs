@@ -368,19 +368,6 @@ pub fn set_engine_worker_factory(factory: js_sys::Function) {
     STATE.with(|s| s.borrow_mut().factory = Some(factory));
 }
 
-/// Where the worker's model runs: `"worker"` (its engine worker), `"inline"` (this thread) or
-/// `"none"` (no model loaded).
-#[wasm_bindgen(js_name = engineThread)]
-pub fn engine_thread() -> String {
-    let engine = STATE.with(|s| s.borrow().engine.clone());
-    match engine.thread() {
-        EngineThread::Worker => "worker",
-        EngineThread::Inline => "inline",
-        EngineThread::None => "none",
-    }
-    .into()
-}
-
 async fn dispatch(msg: ToWorker, progress: bool) -> Result<FromWorker, WorkerError> {
     match msg {
         ToWorker::Init {
