@@ -135,7 +135,7 @@ fn bit_linear(
             &mut s.q[t * stride..(t + 1) * stride],
         );
     }
-    kernel.matmul(&m.w, rows, s.q, n, stride, s.acc);
+    kernel.matmul_matrix(m, s.q, n, s.acc);
     for t in 0..n {
         let inv_s = s.inv_s[t];
         let acc = &s.acc[t * rows..(t + 1) * rows];

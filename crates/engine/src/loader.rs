@@ -176,6 +176,7 @@ impl<'a> Cursor<'a> {
             cols,
             stride,
             w,
+            pairs: Vec::new(),
             w_scale: vec![scale; rows],
             inv_w_scale: vec![1.0 / scale; rows],
             bias,
@@ -312,12 +313,12 @@ fn parse(bytes: &[u8]) -> Result<Weights> {
         layers.push(Layer {
             ln1_w,
             ln1_b,
-            qkv: stack(vec![wq, wk, wv]),
-            out,
+            qkv: stack(vec![wq, wk, wv]).with_pairs(),
+            out: out.with_pairs(),
             ln2_w,
             ln2_b,
-            fc1,
-            fc2,
+            fc1: fc1.with_pairs(),
+            fc2: fc2.with_pairs(),
         });
     }
     let lnf_w = cur.f32s(d, "final ln weight")?;

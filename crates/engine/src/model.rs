@@ -1,8 +1,10 @@
 //! The model's weights as the forward pass uses them: laid out once at load time.
 //!
 //! Ternary matrices are unpacked to one `i8` per weight (−1, 0, +1), each row padded with zeros to a
-//! multiple of [`ROW_ALIGN`] so that every SIMD kernel reads whole vectors. Q, K and V share one
-//! matrix of `3·D` rows (they read the same quantised input), each row carrying its own scale.
+//! multiple of [`ROW_ALIGN`] so that every SIMD kernel reads whole vectors; in builds whose kernel
+//! reads row pairs (wasm `simd128`), then packed two rows per `i16` instead
+//! ([`crate::kernels::pack_pairs`]). Q, K and V share one matrix of `3·D` rows (they read the
+//! same quantised input), each row carrying its own scale.
 
 use crate::format::{Config, EmbeddingFormat};
 
@@ -24,14 +26,38 @@ pub struct BitMatrix {
     pub cols: usize,
     /// Row stride in `w`: `padded(cols)`.
     pub stride: usize,
-    /// `rows × stride` weights in {−1, 0, +1}, zero padded.
+    /// `rows × stride` weights in {−1, 0, +1}, zero padded; empty once laid out as [`Self::pairs`].
     pub w: Vec<i8>,
+    /// The same weights as row pairs ([`crate::kernels::pack_pairs`]), in builds whose kernel
+    /// reads them ([`crate::kernels::PAIRED`]); empty elsewhere.
+    pub pairs: Vec<i16>,
     /// The matrix's `w_scale`, per row (Q, K, V rows keep their own matrix's scale).
     pub w_scale: Vec<f32>,
     /// `1 / w_scale`, per row (the forward pass multiplies).
     pub inv_w_scale: Vec<f32>,
     /// Bias per row (zero where the file has none).
     pub bias: Vec<f32>,
+}
+
+impl BitMatrix {
+    /// Lays the weights out as [`BitMatrix::pairs`] (dropping the one-per-weight copy) when the
+    /// kernel of this build reads pairs.
+    #[must_use]
+    pub fn with_pairs(self) -> Self {
+        if crate::kernels::PAIRED {
+            self.into_pairs()
+        } else {
+            self
+        }
+    }
+
+    /// Lays the weights out as [`BitMatrix::pairs`], whatever this build's kernel reads.
+    #[must_use]
+    pub fn into_pairs(mut self) -> Self {
+        self.pairs = crate::kernels::pack_pairs(&self.w, self.rows, self.stride);
+        self.w = Vec::new();
+        self
+    }
 }
 
 /// The token embedding table, kept in its file encoding and decoded one row at a time.

@@ -110,6 +110,59 @@ impl Kernel {
         }
     }
 
+    /// [`Kernel::matmul`] over a model matrix: reads its row pairs where this kernel uses them.
+    pub fn matmul_matrix(
+        self,
+        m: &crate::model::BitMatrix,
+        q: &[i16],
+        n_tokens: usize,
+        acc: &mut [i32],
+    ) {
+        if m.pairs.is_empty() {
+            self.matmul(&m.w, m.rows, q, n_tokens, m.stride, acc);
+        } else if !self.matmul_pairs(&m.pairs, m.rows, q, n_tokens, m.stride, acc) {
+            // A kernel without a paired form, in a build that keeps only the pairs.
+            Self::Scalar.matmul_pairs(&m.pairs, m.rows, q, n_tokens, m.stride, acc);
+        }
+    }
+
+    /// The product over rows packed by [`pack_pairs`]; `false` (and nothing written) when this
+    /// kernel has no paired form.
+    ///
+    /// # Panics
+    /// When `stride` is not a multiple of 32 or a slice is shorter than the shape says.
+    pub fn matmul_pairs(
+        self,
+        pairs: &[i16],
+        rows: usize,
+        q: &[i16],
+        n_tokens: usize,
+        stride: usize,
+        acc: &mut [i32],
+    ) -> bool {
+        assert!(stride % 32 == 0, "stride {stride} is not a multiple of 32");
+        assert!(
+            pairs.len() >= rows.div_ceil(2) * stride,
+            "weights too short"
+        );
+        assert!(q.len() >= n_tokens * stride, "activations too short");
+        assert!(acc.len() >= n_tokens * rows, "accumulators too short");
+        match self {
+            Self::Scalar => {
+                scalar::matmul_pairs(pairs, rows, q, n_tokens, stride, acc);
+                true
+            }
+            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+            Self::Simd128 => {
+                simd128::matmul_pairs(pairs, rows, q, n_tokens, stride, acc);
+                true
+            }
+            // Kernels without a paired form (none is left in a wasm simd128 build).
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
     /// Runs the product described in the module docs.
     ///
     /// # Panics
@@ -151,6 +204,38 @@ impl Kernel {
     }
 }
 
+/// Whether a kernel of this build reads weights as row pairs ([`pack_pairs`]).
+pub const PAIRED: bool = cfg!(all(
+    target_arch = "wasm32",
+    target_feature = "simd128",
+    not(target_feature = "relaxed-simd")
+));
+
+/// Bits between the two rows of a packed pair: `pair = w[2p] + 2^14 · w[2p + 1]`.
+pub const PAIR_SHIFT: u32 = 14;
+
+/// Packs ternary rows two by two into `i16`s, `pair[p·stride + k] = w[2p][k] + 2^14 · w[2p+1][k]`
+/// (an odd last row is paired with zeros): one `i16` multiply-add then serves both rows, and a
+/// sum of such products splits back into the two rows' sums as long as the first row's share
+/// stays within ±2^13 (the paired kernels split every few hundred columns).
+///
+/// # Panics
+/// When `w` holds fewer than `rows × stride` weights.
+#[must_use]
+pub fn pack_pairs(w: &[i8], rows: usize, stride: usize) -> Vec<i16> {
+    assert!(w.len() >= rows * stride, "weights too short");
+    let mut out = vec![0i16; rows.div_ceil(2) * stride];
+    for (p, o) in out.chunks_exact_mut(stride).enumerate() {
+        let first = &w[2 * p * stride..(2 * p + 1) * stride];
+        let second = (2 * p + 1 < rows).then(|| &w[(2 * p + 1) * stride..(2 * p + 2) * stride]);
+        for (k, ok) in o.iter_mut().enumerate() {
+            let b = second.map_or(0, |s| i16::from(s[k]));
+            *ok = i16::from(first[k]) + (b << PAIR_SHIFT);
+        }
+    }
+    out
+}
+
 /// AVX-512 F + BW + VNNI (and AVX2, which every such CPU has) at run time.
 #[cfg(all(target_arch = "x86_64", feature = "avx512"))]
 fn has_avx512_vnni() -> bool {
@@ -172,7 +257,8 @@ pub fn self_test(seed: u64, cases: usize) -> Result<usize, String> {
     let mut rng = Rng::new(seed);
     let mut checked = 0;
     for case in 0..cases {
-        let stride = 32 * (1 + rng.below(8));
+        // Every fourth case long enough for the paired kernels to split several times.
+        let stride = 32 * (1 + rng.below(if case % 4 == 0 { 60 } else { 8 }));
         let rows = 1 + rng.below(40);
         let n_tokens = 1 + rng.below(19);
         let w: Vec<i8> = (0..rows * stride).map(|_| rng.below(3) as i8 - 1).collect();
@@ -189,6 +275,7 @@ pub fn self_test(seed: u64, cases: usize) -> Result<usize, String> {
         if want[0] != naive {
             return Err(format!("scalar kernel wrong in case {case}"));
         }
+        let pairs = pack_pairs(&w, rows, stride);
         for k in Kernel::available() {
             let mut got = vec![0i32; n_tokens * rows];
             k.matmul(&w, rows, &q, n_tokens, stride, &mut got);
@@ -199,6 +286,16 @@ pub fn self_test(seed: u64, cases: usize) -> Result<usize, String> {
                 ));
             }
             checked += 1;
+            got.fill(0);
+            if k.matmul_pairs(&pairs, rows, &q, n_tokens, stride, &mut got) {
+                if got != want {
+                    return Err(format!(
+                        "paired kernel {} differs from scalar: case {case}, {rows} rows, {n_tokens} tokens, stride {stride}",
+                        k.name()
+                    ));
+                }
+                checked += 1;
+            }
         }
     }
     let stride = 65536;
@@ -212,6 +309,28 @@ pub fn self_test(seed: u64, cases: usize) -> Result<usize, String> {
         }
         checked += 1;
     }
+    // Paired: each row's extreme sum, with the first row's share at both ends of its range
+    // inside every split (−128 · ∓1 in every column) and the second row's the other way.
+    for (a, b) in [(-1i8, 1i8), (1, -1), (-1, -1), (1, 1)] {
+        let w: Vec<i8> = [vec![a; stride], vec![b; stride]].concat();
+        let pairs = pack_pairs(&w, 2, stride);
+        for k in Kernel::available() {
+            let mut acc = [0i32; 2];
+            if k.matmul_pairs(&pairs, 2, &q, 1, stride, &mut acc) {
+                let want = [
+                    -128 * i32::from(a) * stride as i32,
+                    -128 * i32::from(b) * stride as i32,
+                ];
+                if acc != want {
+                    return Err(format!(
+                        "paired kernel {} overflows: {acc:?}, not {want:?}",
+                        k.name()
+                    ));
+                }
+                checked += 1;
+            }
+        }
+    }
     Ok(checked)
 }
 
@@ -223,5 +342,38 @@ mod tests {
     fn every_kernel_matches_scalar_exactly() {
         let n = self_test(7, 60).unwrap();
         assert!(n >= 60);
+    }
+
+    #[test]
+    fn a_matrix_kept_as_pairs_gives_the_same_products() {
+        use crate::model::BitMatrix;
+        use crate::testing::Rng;
+        let mut rng = Rng::new(3);
+        // 7 rows: the last pair has a zero second row; 320 columns: two splits.
+        let (rows, cols, n) = (7, 320, 5);
+        let stride = crate::model::padded(cols);
+        let m = BitMatrix {
+            rows,
+            cols,
+            stride,
+            w: (0..rows * stride).map(|_| rng.below(3) as i8 - 1).collect(),
+            pairs: Vec::new(),
+            w_scale: vec![1.0; rows],
+            inv_w_scale: vec![1.0; rows],
+            bias: vec![0.0; rows],
+        };
+        let q: Vec<i16> = (0..n * stride)
+            .map(|_| rng.below(256) as i16 - 128)
+            .collect();
+        let paired = m.clone().into_pairs();
+        assert!(paired.w.is_empty() && paired.pairs.len() == 4 * stride);
+        let mut want = vec![0i32; n * rows];
+        Kernel::Scalar.matmul_matrix(&m, &q, n, &mut want);
+        for k in Kernel::available() {
+            // Kernels without a paired form fall back to the scalar one over the pairs.
+            let mut got = vec![0i32; n * rows];
+            k.matmul_matrix(&paired, &q, n, &mut got);
+            assert_eq!(got, want, "kernel {}", k.name());
+        }
     }
 }

@@ -16,6 +16,37 @@ pub fn matmul(w: &[i8], rows: usize, q: &[i16], n_tokens: usize, stride: usize, 
     }
 }
 
+/// [`matmul`] over rows packed two by two ([`super::pack_pairs`]): each pair is split back into
+/// its rows' weights as it is read.
+pub fn matmul_pairs(
+    pairs: &[i16],
+    rows: usize,
+    q: &[i16],
+    n_tokens: usize,
+    stride: usize,
+    acc: &mut [i32],
+) {
+    let shift = super::PAIR_SHIFT;
+    for t in 0..n_tokens {
+        let qt = &q[t * stride..(t + 1) * stride];
+        for p in 0..rows.div_ceil(2) {
+            let pr = &pairs[p * stride..(p + 1) * stride];
+            let (mut first, mut second) = (0i32, 0i32);
+            for (&a, &y) in qt.iter().zip(pr) {
+                // The low bits, sign extended, are the first row's weight; the rest the second's.
+                let w0 = (y << (16 - shift)) >> (16 - shift);
+                let w1 = (y - w0) >> shift;
+                first += i32::from(a) * i32::from(w0);
+                second += i32::from(a) * i32::from(w1);
+            }
+            acc[t * rows + 2 * p] = first;
+            if 2 * p + 1 < rows {
+                acc[t * rows + 2 * p + 1] = second;
+            }
+        }
+    }
+}
+
 /// Dot product of two f32 slices of equal length, summed in eight interleaved lanes (a fixed
 /// order, so the result does not depend on the target; compilers turn it into SIMD).
 #[must_use]
