@@ -2,6 +2,7 @@
 // Build first: scripts/build-pkg.sh && cargo build --release -p ternflow-cli
 // Run:         node bench/worker.mjs [--model FILE] [--n 300] [--concurrency C (default: the worker's, 128)] [--workers N] [--repeat R]
 //              [--config JSON (the workers' `config`, e.g. '{"engineWorker":false}' to keep the engine on the worker's thread)]
+//              [--pkg DIR (the package to serve as /pkg, default pkg/: for A/B runs of two builds)]
 // The bare engine and the 0 %-hits queue run R times (default 3) in turn, each on new texts; the
 // figures are medians and the share of the bare engine the median of the R pairs' ratios (this
 // machine's speed wanders between consecutive runs by more than the effect being measured).
@@ -28,6 +29,7 @@ for (let i = 2; i < process.argv.length; i++) {
   else if (k === "--workers") args.workers = Number(process.argv[++i]);
   else if (k === "--repeat") args.repeat = Number(process.argv[++i]);
   else if (k === "--config") args.config = JSON.parse(process.argv[++i]);
+  else if (k === "--pkg") args.pkg = resolve(process.argv[++i]);
   else throw new Error(`unknown argument ${k}`);
 }
 const bin = resolve(root, "target/release/ternflow");
@@ -276,7 +278,7 @@ const http = createServer((req, res) => {
   else if (url.pathname === "/model.bin" || url.pathname === "/pkg/ternlight-int4.bin") [body, type] = [readFileSync(model), types[".bin"]];
   else {
     const rel = normalize(decodeURIComponent(url.pathname)).replace(/^\/+/, "");
-    const file = resolve(root, rel);
+    const file = args.pkg && rel.startsWith("pkg/") ? resolve(args.pkg, rel.slice(4)) : resolve(root, rel);
     if (!(rel.startsWith("pkg/") || rel.startsWith("bench/")) || !existsSync(file)) { res.writeHead(404).end(); return; }
     [body, type] = [readFileSync(file), types[extname(file)] ?? "application/octet-stream"];
   }
