@@ -107,7 +107,9 @@ impl Engine {
         self.kernel
     }
 
-    /// Switches kernel (all give identical integer results; for tests and benchmarks).
+    /// Switches kernel (all give identical integer results; for tests and benchmarks). The weights
+    /// stay laid out for [`Kernel::best`]: a kernel that reads the other layout runs as the scalar
+    /// one over row pairs (correct, slower).
     pub fn set_kernel(&mut self, kernel: Kernel) {
         self.kernel = kernel;
     }

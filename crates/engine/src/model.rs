@@ -1,8 +1,8 @@
 //! The model's weights as the forward pass uses them: laid out once at load time.
 //!
 //! Ternary matrices are unpacked to one `i8` per weight (−1, 0, +1), each row padded with zeros to a
-//! multiple of [`ROW_ALIGN`] so that every SIMD kernel reads whole vectors; in builds whose kernel
-//! reads row pairs (wasm `simd128`), then packed two rows per `i16` instead
+//! multiple of [`ROW_ALIGN`] so that every SIMD kernel reads whole vectors; where the best kernel
+//! reads row pairs (wasm `simd128`, x86-64 AVX2), then packed two rows per `i16` instead
 //! ([`crate::kernels::pack_pairs`]). Q, K and V share one matrix of `3·D` rows (they read the
 //! same quantised input), each row carrying its own scale.
 
@@ -28,8 +28,8 @@ pub struct BitMatrix {
     pub stride: usize,
     /// `rows × stride` weights in {−1, 0, +1}, zero padded; empty once laid out as [`Self::pairs`].
     pub w: Vec<i8>,
-    /// The same weights as row pairs ([`crate::kernels::pack_pairs`]), in builds whose kernel
-    /// reads them ([`crate::kernels::PAIRED`]); empty elsewhere.
+    /// The same weights as row pairs ([`crate::kernels::pack_pairs`]) where the best kernel reads
+    /// them ([`crate::kernels::Kernel::reads_pairs`]); empty elsewhere.
     pub pairs: Vec<i16>,
     /// The matrix's `w_scale`, per row (Q, K, V rows keep their own matrix's scale).
     pub w_scale: Vec<f32>,
@@ -41,10 +41,10 @@ pub struct BitMatrix {
 
 impl BitMatrix {
     /// Lays the weights out as [`BitMatrix::pairs`] (dropping the one-per-weight copy) when the
-    /// kernel of this build reads pairs.
+    /// best kernel here reads pairs ([`crate::kernels::Kernel::reads_pairs`]).
     #[must_use]
     pub fn with_pairs(self) -> Self {
-        if crate::kernels::PAIRED {
+        if crate::kernels::Kernel::best().reads_pairs() {
             self.into_pairs()
         } else {
             self

@@ -8,11 +8,16 @@
 //! `q` (`i16` in −128..=127), both zero padded to `stride` (a multiple of
 //! [`crate::model::ROW_ALIGN`]). Each weight row is loaded once per block of four tokens.
 //!
-//! - [`scalar`]: the reference, plain Rust.
-//! - `simd128` (wasm32 with `+simd128`): `i16x8.load8x8_s` + `i32x4.dot_i16x8_s`.
+//! The same product over rows packed two per `i16` ([`pack_pairs`], [`Kernel::matmul_pairs`]) is
+//! what the engine runs where the best kernel reads pairs (`simd128`, `avx2`): one 16-bit
+//! multiply-add then does the work of both rows.
+//!
+//! - [`scalar`]: the reference, plain Rust (both layouts).
+//! - `simd128` (wasm32 with `+simd128`): `i32x4.dot_i16x8_s`, over pairs or `i16x8.load8x8_s`-widened rows.
 //! - `relaxed` (wasm32 built with `+relaxed-simd`, not the default build):
 //!   `i32x4.relaxed_dot_i8x16_i7x16_add_s` on `w + 1`, minus `Σ q`.
-//! - `avx2` (x86-64, chosen at run time with `is_x86_feature_detected!`): `vpmovsxbw` + `vpmaddwd`.
+//! - `avx2` (x86-64, chosen at run time with `is_x86_feature_detected!`): `vpmaddwd`, over pairs or
+//!   `vpmovsxbw`-widened rows.
 //! - `avx512` (cargo feature `avx512`, Rust ≥ 1.89; x86-64 with AVX-512 VNNI, chosen at run time):
 //!   `vpdpbusd` on `w + 1`, minus `Σ q`; rows whose stride is not a multiple of 64 use `avx2`.
 
@@ -110,7 +115,22 @@ impl Kernel {
         }
     }
 
-    /// [`Kernel::matmul`] over a model matrix: reads its row pairs where this kernel uses them.
+    /// Whether this kernel is fastest over row pairs ([`pack_pairs`]): `simd128` and `avx2`. The
+    /// model is laid out for [`Kernel::best`] at load ([`crate::model::BitMatrix::with_pairs`]).
+    #[must_use]
+    pub fn reads_pairs(self) -> bool {
+        match self {
+            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+            Self::Simd128 => true,
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx2 => true,
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// [`Kernel::matmul`] over a model matrix: reads its row pairs where it has them (kernels
+    /// without a paired form then run the scalar one over the pairs).
     pub fn matmul_matrix(
         self,
         m: &crate::model::BitMatrix,
@@ -157,7 +177,14 @@ impl Kernel {
                 simd128::matmul_pairs(pairs, rows, q, n_tokens, stride, acc);
                 true
             }
-            // Kernels without a paired form (none is left in a wasm simd128 build).
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Avx2` is only constructed after `is_x86_feature_detected!("avx2")`; the
+            // shape was checked above.
+            Self::Avx2 => {
+                unsafe { avx2::matmul_pairs(pairs, rows, q, n_tokens, stride, acc) };
+                true
+            }
+            // Kernels without a paired form (none in a default wasm build).
             #[allow(unreachable_patterns)]
             _ => false,
         }
@@ -203,13 +230,6 @@ impl Kernel {
         }
     }
 }
-
-/// Whether a kernel of this build reads weights as row pairs ([`pack_pairs`]).
-pub const PAIRED: bool = cfg!(all(
-    target_arch = "wasm32",
-    target_feature = "simd128",
-    not(target_feature = "relaxed-simd")
-));
 
 /// Bits between the two rows of a packed pair: `pair = w[2p] + 2^14 · w[2p + 1]`.
 pub const PAIR_SHIFT: u32 = 14;

@@ -2,7 +2,7 @@
 //!
 //! - [`matmul_pairs`], the one the engine runs: weights packed two rows per `i16`
 //!   ([`super::pack_pairs`]), so each `dot` does the multiply-adds of two rows at once and the
-//!   lanes are split into the two rows' sums every [`PAIR_STEPS`] steps (exact: the first row's
+//!   lanes are split into the two rows' sums every `PAIR_STEPS` steps (exact: the first row's
 //!   share never leaves the low 14 bits). Register blocks of 2 pairs (4 rows) × 4 tokens: 22
 //!   instructions per 128 multiply-adds. simd128 has no wider exact integer product, and this
 //!   kernel is bound by how many `pmaddwd` the CPU issues (docs/engine.md), so doubling the work
