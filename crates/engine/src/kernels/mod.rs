@@ -13,7 +13,8 @@
 //! multiply-add then does the work of both rows.
 //!
 //! - [`scalar`]: the reference, plain Rust (both layouts).
-//! - `simd128` (wasm32 with `+simd128`): `i32x4.dot_i16x8_s`, over pairs or `i16x8.load8x8_s`-widened rows.
+//! - `simd128` (wasm32 with `+simd128`): `i32x4.dot_i16x8_s` over row pairs (rows given one `i8`
+//!   per weight are packed first).
 //! - `relaxed` (wasm32 built with `+relaxed-simd`, not the default build):
 //!   `i32x4.relaxed_dot_i8x16_i7x16_add_s` on `w + 1`, minus `Σ q`.
 //! - `avx2` (x86-64, chosen at run time with `is_x86_feature_detected!`): `vpmaddwd`, over pairs or

@@ -1,20 +1,16 @@
-//! wasm32 `simd128` kernels, products summed in pairs by `i32x4.dot_i16x8_s`.
+//! wasm32 `simd128` kernel, products summed in pairs by `i32x4.dot_i16x8_s`.
 //!
-//! - [`matmul_pairs`], the one the engine runs: weights packed two rows per `i16`
-//!   ([`super::pack_pairs`]), so each `dot` does the multiply-adds of two rows at once and the
-//!   lanes are split into the two rows' sums every `PAIR_STEPS` steps (exact: the first row's
-//!   share never leaves the low 14 bits). Register blocks of 2 pairs (4 rows) × 4 tokens: 22
-//!   instructions per 128 multiply-adds. simd128 has no wider exact integer product, and this
-//!   kernel is bound by how many `pmaddwd` the CPU issues (docs/engine.md), so doubling the work
-//!   of each one is what made it ≈ 1.45× faster.
-//! - [`matmul`], one `i8` per weight widened on load (`i16x8.load8x8_s`), 2 rows × 4 tokens
-//!   (22 instructions per 64 multiply-adds): the kernel of `Kernel::matmul`, for callers holding
-//!   unpacked rows.
+//! Weights packed two rows per `i16` ([`super::pack_pairs`]), so each `dot` does the
+//! multiply-adds of two rows at once; the lanes are split into the two rows' sums every
+//! `PAIR_STEPS` steps (exact: the first row's share never leaves the low 14 bits). Register
+//! blocks of 2 pairs (4 rows) × 4 tokens: 22 instructions per 128 multiply-adds. simd128 has no
+//! wider exact integer product, and the kernel is bound by how many `pmaddwd` the CPU issues
+//! (docs/engine.md), so doubling the work of each one made it ≈ 1.45× faster than the kernel it
+//! replaced (one `i8` per weight widened by `i16x8.load8x8_s`, 22 instructions per 64).
 
 use super::PAIR_SHIFT;
 use core::arch::wasm32::{
-    i16x8_load_extend_i8x8, i32x4_add, i32x4_dot_i16x8, i32x4_extract_lane, i32x4_shuffle,
-    i32x4_splat, v128, v128_load,
+    i32x4_add, i32x4_dot_i16x8, i32x4_extract_lane, i32x4_shuffle, i32x4_splat, v128, v128_load,
 };
 
 #[inline(always)]
@@ -43,101 +39,17 @@ fn hsum4(a: v128, b: v128, c: v128, d: v128) -> v128 {
     )
 }
 
-/// One `R` rows × `T` tokens block starting at row `r0`, token `t0`.
-///
-/// # Safety
-/// `r0 + R <= rows`, `t0 + T <= n_tokens`, `stride % 8 == 0`, and `w`/`q` hold
-/// `rows × stride` / `n_tokens × stride` elements.
-///
-/// Kept out of line on purpose: V8 first runs wasm in its baseline tier and switches a function to
-/// optimised code on a later *call*, so a product made of many small calls gets fast early in the
-/// first embed (a cold start cost) instead of after it; the call costs ~2% of a block.
-#[inline(never)]
-#[allow(clippy::needless_range_loop)] // a[i][j]: the 2-D register block reads best indexed
-unsafe fn block<const R: usize, const T: usize>(
-    w: &[i8],
-    q: &[i16],
-    stride: usize,
-    rows: usize,
-    r0: usize,
-    t0: usize,
-    acc: &mut [i32],
-) {
-    let wp = w.as_ptr();
-    let qp = q.as_ptr();
-    let mut a = [[i32x4_splat(0); T]; R];
-    let mut k = 0;
-    while k < stride {
-        let mut wv = [i32x4_splat(0); R];
-        for (i, wi) in wv.iter_mut().enumerate() {
-            // SAFETY: (r0 + i) < rows and k + 8 <= stride (caller's contract).
-            *wi = unsafe { i16x8_load_extend_i8x8(wp.add((r0 + i) * stride + k)) };
-        }
-        for j in 0..T {
-            // SAFETY: (t0 + j) < n_tokens and k + 8 <= stride.
-            let qv = unsafe { v128_load(qp.add((t0 + j) * stride + k).cast()) };
-            for i in 0..R {
-                a[i][j] = i32x4_add(a[i][j], i32x4_dot_i16x8(wv[i], qv));
-            }
-        }
-        k += 8;
-    }
-    for (i, ai) in a.iter().enumerate() {
-        if T == 4 {
-            let sums = hsum4(ai[0], ai[1], ai[2], ai[3]);
-            acc[t0 * rows + r0 + i] = i32x4_extract_lane::<0>(sums);
-            acc[(t0 + 1) * rows + r0 + i] = i32x4_extract_lane::<1>(sums);
-            acc[(t0 + 2) * rows + r0 + i] = i32x4_extract_lane::<2>(sums);
-            acc[(t0 + 3) * rows + r0 + i] = i32x4_extract_lane::<3>(sums);
-        } else {
-            for (j, &v) in ai.iter().enumerate() {
-                acc[(t0 + j) * rows + r0 + i] = hsum(v);
-            }
-        }
-    }
-}
-
-/// All rows for tokens `t0..t0 + T`.
-#[inline(always)]
-fn tokens<const T: usize>(
-    w: &[i8],
-    q: &[i16],
-    stride: usize,
-    rows: usize,
-    t0: usize,
-    acc: &mut [i32],
-) {
-    let mut r = 0;
-    while r + 2 <= rows {
-        // SAFETY: r + 2 <= rows, t0 + T <= n_tokens (checked by `matmul`'s loop and assert).
-        unsafe { block::<2, T>(w, q, stride, rows, r, t0, acc) };
-        r += 2;
-    }
-    if r < rows {
-        // SAFETY: r < rows.
-        unsafe { block::<1, T>(w, q, stride, rows, r, t0, acc) };
-    }
-}
-
-/// See [`crate::kernels`].
+/// [`matmul_pairs`] for callers holding one `i8` per weight: packs them first (an allocation
+/// per call; the engine keeps its weights packed, see [`crate::model::BitMatrix::with_pairs`]).
 pub fn matmul(w: &[i8], rows: usize, q: &[i16], n_tokens: usize, stride: usize, acc: &mut [i32]) {
-    assert!(
-        stride % 8 == 0
-            && w.len() >= rows * stride
-            && q.len() >= n_tokens * stride
-            && acc.len() >= n_tokens * rows
+    matmul_pairs(
+        &super::pack_pairs(w, rows, stride),
+        rows,
+        q,
+        n_tokens,
+        stride,
+        acc,
     );
-    let mut t = 0;
-    while t + 4 <= n_tokens {
-        tokens::<4>(w, q, stride, rows, t, acc);
-        t += 4;
-    }
-    match n_tokens - t {
-        3 => tokens::<3>(w, q, stride, rows, t, acc),
-        2 => tokens::<2>(w, q, stride, rows, t, acc),
-        1 => tokens::<1>(w, q, stride, rows, t, acc),
-        _ => {}
-    }
 }
 
 /// Dot steps (8 columns each) a packed accumulator takes before its two rows are split apart:
@@ -145,11 +57,15 @@ pub fn matmul(w: &[i8], rows: usize, q: &[i16], n_tokens: usize, stride: usize, 
 /// ±7 936, clear of the ±8 192 that [`PAIR_SHIFT`] bits leave it.
 const PAIR_STEPS: usize = 31;
 
-/// One `P` row pairs × `T` tokens block of the paired kernel, starting at pair `p0`, token `t0`.
+/// One `P` row pairs × `T` tokens block, starting at pair `p0`, token `t0`.
 ///
 /// # Safety
 /// `p0 + P <= pairs`, `t0 + T <= n_tokens`, `stride % 8 == 0`, `wp` holds `pairs × stride` and
 /// `q` `n_tokens × stride` elements.
+///
+/// Kept out of line on purpose: V8 first runs wasm in its baseline tier and switches a function to
+/// optimised code on a later *call*, so a product made of many small calls gets fast early in the
+/// first embed (a cold start cost) instead of after it; the call costs ~2% of a block.
 #[inline(never)]
 #[allow(clippy::needless_range_loop)]
 unsafe fn pair_block<const P: usize, const T: usize>(
