@@ -22,3 +22,29 @@ test("every wasm kernel equals the scalar one exactly, and the forward pass matc
   assert.equal(Number(m[3]), 260);
   assert.ok(Number(m[4]) >= 0.9999, `min cosine ${m[4]}`);
 });
+
+// The determinism invariant in wasm: the shipped wasm (simd128) gives the same bits as every
+// native kernel for both shipped models on the 510-text corpus (crates/engine/tests/determinism.rs
+// checks the native kernels against the same committed digests).
+test("the wasm engine gives the native kernels' bits for the shipped models", async () => {
+  const { readFileSync } = await import("node:fs");
+  const { createHash } = await import("node:crypto");
+  const { pathToFileURL } = await import("node:url");
+  const pkg = `${root}pkg-test/`;
+  const wasm = await import(pathToFileURL(`${pkg}ternflow.js`).href);
+  await wasm.default({ module_or_path: readFileSync(`${pkg}ternflow_bg.wasm`) });
+  const data = `${root}crates/engine/tests/data/`;
+  const corpus = readFileSync(`${data}determinism_corpus.txt`, "utf8").replace(/\n$/, "").split("\n");
+  assert.equal(corpus.length, 510);
+  const digests = Object.fromEntries(readFileSync(`${data}determinism.sha256`, "utf8").trim().split("\n")
+    .map((l) => l.trim().split(/\s+/)).map(([d, name]) => [name, d]));
+  for (const name of ["ternlight-int4.bin", "ternlight-ternary.bin"]) {
+    const engine = new wasm.TernflowEngine(new Uint8Array(readFileSync(`${root}models/${name}`)));
+    const h = createHash("sha256");
+    for (const text of corpus) {
+      const v = engine.embed(text);
+      h.update(Buffer.from(v.buffer, v.byteOffset, v.byteLength));
+    }
+    assert.equal(h.digest("hex"), digests[name], `${name} (kernel ${engine.kernel})`);
+  }
+});

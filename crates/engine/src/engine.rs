@@ -107,10 +107,13 @@ impl Engine {
         self.kernel
     }
 
-    /// Switches kernel (all give identical integer results; for tests and benchmarks). The weights
-    /// stay laid out for [`Kernel::best`]: a kernel that reads the other layout runs as the scalar
-    /// one over row pairs (correct, slower).
+    /// Switches kernel, laying the weights out for it (row pairs or one `i8` per weight), so
+    /// the kernel named is the one that runs. Every kernel gives bit-identical vectors
+    /// (`docs/engine.md`, the determinism invariant; `tests/determinism.rs`).
     pub fn set_kernel(&mut self, kernel: Kernel) {
+        for l in &mut self.weights.layers {
+            l.lay_out_for(kernel);
+        }
         self.kernel = kernel;
     }
 

@@ -58,6 +58,20 @@ impl BitMatrix {
         self.w = Vec::new();
         self
     }
+
+    /// Lays the weights out for `kernel`: row pairs where it reads them
+    /// ([`crate::kernels::Kernel::reads_pairs`]), one `i8` per weight elsewhere. The weights
+    /// are the same either way ([`crate::kernels::unpack_pairs`] inverts
+    /// [`crate::kernels::pack_pairs`] exactly).
+    pub fn lay_out_for(&mut self, kernel: crate::kernels::Kernel) {
+        if kernel.reads_pairs() && self.pairs.is_empty() {
+            self.pairs = crate::kernels::pack_pairs(&self.w, self.rows, self.stride);
+            self.w = Vec::new();
+        } else if !kernel.reads_pairs() && self.w.is_empty() {
+            self.w = crate::kernels::unpack_pairs(&self.pairs, self.rows, self.stride);
+            self.pairs = Vec::new();
+        }
+    }
 }
 
 /// The token embedding table, kept in its file encoding and decoded one row at a time.
@@ -160,6 +174,15 @@ pub struct Layer {
     pub fc1: BitMatrix,
     /// FFN down projection `[D × F]`.
     pub fc2: BitMatrix,
+}
+
+impl Layer {
+    /// Lays every matrix out for `kernel` ([`BitMatrix::lay_out_for`]).
+    pub fn lay_out_for(&mut self, kernel: crate::kernels::Kernel) {
+        for m in [&mut self.qkv, &mut self.out, &mut self.fc1, &mut self.fc2] {
+            m.lay_out_for(kernel);
+        }
+    }
 }
 
 /// Everything the forward pass reads.

@@ -257,6 +257,25 @@ pub fn pack_pairs(w: &[i8], rows: usize, stride: usize) -> Vec<i16> {
     out
 }
 
+/// The rows [`pack_pairs`] packed, one `i8` per weight again (`rows × stride`): the low
+/// [`PAIR_SHIFT`] bits of each pair, sign-extended, are the first row's weight, the rest the
+/// second's.
+#[must_use]
+pub fn unpack_pairs(pairs: &[i16], rows: usize, stride: usize) -> Vec<i8> {
+    let mut out = vec![0i8; rows * stride];
+    for (p, pr) in pairs.chunks_exact(stride).enumerate() {
+        for (k, &y) in pr.iter().enumerate() {
+            let a = (y << 2) >> 2; // sign-extend the low 14 bits
+            let b = (y - a) >> PAIR_SHIFT;
+            out[2 * p * stride + k] = a as i8;
+            if 2 * p + 1 < rows {
+                out[(2 * p + 1) * stride + k] = b as i8;
+            }
+        }
+    }
+    out
+}
+
 /// AVX-512 F + BW + VNNI (and AVX2, which every such CPU has) at run time.
 #[cfg(all(target_arch = "x86_64", feature = "avx512"))]
 fn has_avx512_vnni() -> bool {
@@ -358,6 +377,16 @@ pub fn self_test(seed: u64, cases: usize) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unpacking_pairs_gives_the_rows_back() {
+        let mut rng = crate::testing::Rng::new(9);
+        for rows in [1, 2, 7, 8] {
+            let stride = 64;
+            let w: Vec<i8> = (0..rows * stride).map(|_| rng.below(3) as i8 - 1).collect();
+            assert_eq!(unpack_pairs(&pack_pairs(&w, rows, stride), rows, stride), w);
+        }
+    }
 
     #[test]
     fn every_kernel_matches_scalar_exactly() {
