@@ -525,7 +525,12 @@ async fn fenced_cache_put_with_an_older_fence_is_refused_with_the_newer_entry() 
     let client = http::client(Some(&s.url), &s.token, "fence-test");
     let e = engine();
     let model = e.model_id().unwrap();
-    let key = cache_key(&model, &uniq("fenced"));
+    let text = uniq("fenced");
+    let key = cache_key(&model, &text);
+    // The server recomputes what a worker writes: the vector must be the text's own.
+    let vector = ternflow_engine::Engine::from_bytes(MODEL)
+        .expect("test model loads")
+        .embed(&text);
     let first = client
         .acquire(&key, 100, "")
         .await
@@ -540,23 +545,24 @@ async fn fenced_cache_put_with_an_older_fence_is_refused_with_the_newer_entry() 
     assert!(second.fence > first.fence);
     let newer = CachePut {
         model_id: model.clone(),
-        vector: Vector(vec![0.5, 0.5]),
+        vector: Vector(vector.clone()),
         fence: second.fence,
         ttl_ms: None,
+        text: Some(text.clone()),
+        worker: Some("fence-test".into()),
     };
     assert_eq!(
         RemoteCache::put(&client, &key, &newer, "").await.unwrap(),
         PutOutcome::Stored
     );
     let stale = CachePut {
-        vector: Vector(vec![1.0, 0.0]),
         fence: first.fence,
         ..newer
     };
     match RemoteCache::put(&client, &key, &stale, "").await.unwrap() {
         PutOutcome::Conflict(entry) => {
             assert_eq!(entry.fence, second.fence);
-            assert_eq!(entry.vector.0, vec![0.5, 0.5]);
+            assert_eq!(entry.vector.0, vector);
         }
         other => panic!("stale fence accepted: {other:?}"),
     }

@@ -41,6 +41,7 @@ impl AckBatchRequest {
                     ack: ack.clone(),
                 })
                 .collect(),
+            worker: None,
         }
     }
 }

@@ -149,10 +149,12 @@ impl<P: Ports> Pipeline<P> {
         let ack = AckRequest {
             cache,
             token: job.lease.token.clone(),
+            worker: Some(self.cfg.worker_id.clone()),
             result: JobResult {
                 model_id: r.model_id,
                 vector: r.vector.into(),
                 source: r.source,
+                by: None,
             },
         };
         self.send_ack(&job.id, ack, trace).await?;

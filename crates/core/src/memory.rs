@@ -360,6 +360,7 @@ impl MemServer {
                     model_id: e.model_id.clone(),
                     vector: e.vector.clone(),
                     source: ResultSource::Remote,
+                    by: None,
                 };
                 s.done.insert(id.clone(), result);
                 *self.ack_counts.borrow_mut().entry(id.clone()).or_insert(0) += 1;
@@ -467,6 +468,7 @@ impl JobSource for MemServer {
                 vector: ack.result.vector.clone(),
                 fence: c.fence,
                 expires_at: now + c.ttl_ms.unwrap_or(60_000),
+                by: None,
             };
             let _ = Self::cache_write(&mut s, &c.key, entry);
         }
@@ -545,6 +547,7 @@ impl RemoteCache for MemServer {
             vector: put.vector.clone(),
             fence: put.fence,
             expires_at: now + put.ttl_ms.unwrap_or(60_000),
+            by: None,
         };
         Ok(Self::cache_write(&mut self.inner.borrow_mut(), key, entry))
     }

@@ -334,7 +334,9 @@ impl<P: Ports> Pipeline<P> {
     ) -> Result<Resolved> {
         let (mut vector, source) = self.embed(text, model, trace).await?;
         if guard == SingleFlight::Lock {
-            vector = self.write_remote(key, vector, model, trace, held).await;
+            vector = self
+                .write_remote(key, text, vector, model, trace, held)
+                .await;
         }
         // The remote cache holds the value now: let waiting workers go while we fill our own
         // cache (two independent round trips, overlapped).
@@ -362,6 +364,7 @@ impl<P: Ports> Pipeline<P> {
     async fn write_remote(
         &self,
         key: &str,
+        text: &str,
         mut vector: Vec<f32>,
         model: &str,
         trace: &str,
@@ -374,6 +377,8 @@ impl<P: Ports> Pipeline<P> {
             vector: Vector(vector.clone()),
             fence,
             ttl_ms: Some(self.cfg.remote_ttl_ms),
+            text: Some(text.to_owned()),
+            worker: Some(self.cfg.worker_id.clone()),
         };
         match self.adapters.remote.put(key, &put, trace).await {
             Ok(PutOutcome::Stored) => {}

@@ -362,6 +362,29 @@ pub struct JobResult {
     pub vector: Vector,
     /// Where it came from.
     pub source: ResultSource,
+    /// Who wrote it, recorded by the server (whatever a client sends here is replaced); shown
+    /// to admins only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<Provenance>,
+}
+
+/// Who wrote a result or a cache entry: recorded by the server from the caller's verified
+/// token, so a liar's writes can be found and undone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// The tenant of the writer's token.
+    pub tenant: String,
+    /// The writer's identity: a signed token's `sub` (`tok:<digest>` when it has none), or
+    /// `static:<digest>` for a static token.
+    pub sub: String,
+    /// The worker name the writer gave (self-reported, validated, for people to read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// When, Unix ms (the server's clock).
+    pub at: u64,
+    /// Whether the server recomputed the vector and found it equal before storing it.
+    #[serde(default)]
+    pub verified: bool,
 }
 
 /// `POST /v1/jobs/{id}/ack` body.
@@ -369,6 +392,9 @@ pub struct JobResult {
 pub struct AckRequest {
     /// The lease token.
     pub token: String,
+    /// The acking worker's name (recorded in the result's provenance; optional).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
     /// The result.
     pub result: JobResult,
     /// Also store the result in the remote cache (write-through without a second upload of the
@@ -509,6 +535,8 @@ pub struct AckItem {
 struct AckItemWire {
     id: String,
     token: String,
+    #[serde(default)]
+    worker: Option<String>,
     result: JobResult,
     #[serde(default)]
     cache: Option<AckCacheWrite>,
@@ -520,6 +548,7 @@ impl From<AckItemWire> for AckItem {
             id: w.id,
             ack: AckRequest {
                 token: w.token,
+                worker: w.worker,
                 result: w.result,
                 cache: w.cache,
             },
@@ -532,6 +561,9 @@ impl From<AckItemWire> for AckItem {
 pub struct AckBatchRequest {
     /// The acks, each answered on its own.
     pub acks: Vec<AckItem>,
+    /// The acking worker's name, for every ack that names none (recorded in provenance).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
 }
 
 /// How one ack of a batch ended.
@@ -621,6 +653,9 @@ pub struct CacheEntry {
     pub fence: u64,
     /// Expiry (TTL with jitter applied).
     pub expires_at: u64,
+    /// Who wrote it (admins only; see [`Provenance`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<Provenance>,
 }
 
 /// `PUT /v1/cache/{key}` body. Refused with 409 when the stored entry has a newer fence.
@@ -635,6 +670,13 @@ pub struct CachePut {
     /// Requested TTL; the server clamps it and adds jitter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
+    /// The text the vector embeds: the server checks that it hashes to the key and may
+    /// recompute the vector (required from workers the server verifies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// The writing worker's name (recorded in the entry's provenance; optional).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
 }
 
 /// `POST /v1/locks/{key}` body (may be empty).
@@ -872,10 +914,12 @@ mod tests {
         let a = AckRequest {
             cache: None,
             token: "t".into(),
+            worker: None,
             result: JobResult {
                 model_id: "m".into(),
                 vector: Vector(vec![1.0]),
                 source: ResultSource::Backend,
+                by: None,
             },
         };
         let v = serde_json::to_value(&a).unwrap();

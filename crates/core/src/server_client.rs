@@ -523,6 +523,8 @@ mod tests {
             model_id: "m".into(),
             fence: 3,
             ttl_ms: None,
+            text: None,
+            worker: None,
         };
         match block_on(RemoteCache::put(&c, "k", &put, "")).unwrap() {
             PutOutcome::Conflict(e) => assert_eq!(e.fence, 7),

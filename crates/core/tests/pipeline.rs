@@ -305,6 +305,7 @@ fn a_claim_carrying_the_cached_entry_is_a_remote_hit_without_a_get() {
             vector: Vector(vec![0.6, 0.8]),
             fence: 1,
             expires_at: u64::MAX,
+            by: None,
         },
     );
     let id = rig.server.enqueue(MODEL, "known");
@@ -573,6 +574,7 @@ fn fence_conflict_adopts_the_newer_value() {
             vector: Vector(vec![9.0, 9.0]),
             fence: 1_000,
             expires_at: 0,
+            by: None,
         },
     );
     let r = rig.clock.run(p.resolve("contested", None, "")).unwrap();
@@ -611,6 +613,7 @@ fn a_lock_won_after_waiting_rechecks_the_cache_before_embedding() {
             vector: Vector(vec![7.0, 7.0]),
             fence: 1,
             expires_at: u64::MAX,
+            by: None,
         },
     ));
     let r = rig
@@ -726,6 +729,7 @@ fn jobs_the_server_resolved_at_claim_are_kept_locally_and_never_acked() {
                 vector: Vector(vec![0.6, 0.8]),
                 fence: 1,
                 expires_at: u64::MAX,
+                by: None,
             },
         );
     }

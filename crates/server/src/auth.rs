@@ -183,22 +183,26 @@ pub async fn gate(State(g): State<Gate>, mut req: Request, next: Next) -> Result
         None => None,
     };
     let token = token.ok_or(Error::Unauthorized)?;
-    let (role, key, tenant, claims_per_min) =
+    let (role, key, tenant, claims_per_min, sub) =
         if token.matches('.').count() == 2 && !g.keys.is_empty() {
             // A signed token: its role and tenant are its claims.
             let v = g
                 .keys
                 .verify(&token, g.clock.now_ms() / 1_000)
                 .map_err(|e| Error::BadToken(e.to_string()))?;
+            let key = digest(&token);
+            let sub = crate::integrity::writer_id(v.sub.as_deref(), &key);
             (
                 v.role,
-                digest(&token),
+                key,
                 Arc::from(v.tenant.as_str()),
                 v.claims_per_min,
+                sub,
             )
         } else {
             let (role, key) = g.tokens.lookup(&token).ok_or(Error::Unauthorized)?;
-            (role, key, Arc::from(DEFAULT_TENANT), None)
+            let sub = crate::integrity::static_writer_id(&key);
+            (role, key, Arc::from(DEFAULT_TENANT), None, sub)
         };
     if role != Role::Admin && !g.roles.contains(&role) {
         return Err(Error::Forbidden(
@@ -210,6 +214,7 @@ pub async fn gate(State(g): State<Gate>, mut req: Request, next: Next) -> Result
         tenant,
         claims_per_min,
         role,
+        sub: Arc::from(sub.as_str()),
     };
     g.limits.check_rate(&caller)?;
     req.extensions_mut().insert(caller);

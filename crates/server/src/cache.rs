@@ -2,7 +2,7 @@
 //! carry: what a write must look like, its TTL, who vouches for its fence, and the `invalidate`
 //! event when a live entry is replaced.
 
-use ternflow_core::protocol::{CacheEntry, InvalidateEvent, ServerEvent, Vector};
+use ternflow_core::protocol::{CacheEntry, InvalidateEvent, Provenance, ServerEvent, Vector};
 
 use crate::error::{Error, Result};
 use crate::queue::valid_id;
@@ -41,16 +41,18 @@ pub(crate) fn check_write(key: &str, model_id: &str, vector: &Vector) -> Result<
     }
 }
 
-/// Stores an entry (TTL with jitter; the fence vouched for by `by`), counting it and announcing
-/// a replaced live entry.
+/// Stores an entry written by `writer` (TTL with jitter; the fence vouched for by `fenced`),
+/// counting it and announcing a replaced live entry.
+#[allow(clippy::too_many_arguments)] // one call per write path; a struct would only rename them
 pub(crate) async fn store_entry(
     state: &AppState,
     key: &str,
     model_id: String,
     vector: Vector,
     fence: u64,
-    by: Fenced,
+    fenced: Fenced,
     ttl_ms: Option<u64>,
+    writer: Provenance,
 ) -> Result<(CacheEntry, PutOutcome)> {
     let now = state.now();
     let entry = CacheEntry {
@@ -58,8 +60,12 @@ pub(crate) async fn store_entry(
         vector,
         fence,
         expires_at: now + state.config.cache_ttl(ttl_ms),
+        by: Some(writer),
     };
-    let outcome = state.store.cache_put(key, entry.clone(), by, now).await?;
+    let outcome = state
+        .store
+        .cache_put(key, entry.clone(), fenced, now)
+        .await?;
     match &outcome {
         PutOutcome::Stored { replaced } => {
             state.metrics.add(|c| &c.cache_puts, 1);

@@ -74,6 +74,8 @@ pub struct Config {
     pub stats_sample_ms: u64,
     /// Stats samples kept for the dashboard (900 at 1 s: the last 15 minutes).
     pub stats_samples: usize,
+    /// How the server checks workers' results (`crate::integrity`).
+    pub verify: crate::integrity::Policy,
 }
 
 impl Default for Config {
@@ -109,6 +111,7 @@ impl Default for Config {
             shutdown_deadline_ms: 10_000,
             stats_sample_ms: 1_000,
             stats_samples: 900,
+            verify: crate::integrity::Policy::default(),
         }
     }
 }

@@ -20,6 +20,11 @@ pub trait Embedder: Send + Sync + 'static {
     /// The model id (16 hex digits of the model file's SHA-256).
     fn model_id(&self) -> String;
 
+    /// The length of its vectors (0: not known until it embeds).
+    fn dim(&self) -> usize {
+        0
+    }
+
     /// One vector per text, in order.
     ///
     /// # Errors
@@ -66,6 +71,10 @@ impl Embedder for EngineEmbedder {
         self.model_id.clone()
     }
 
+    fn dim(&self) -> usize {
+        EngineEmbedder::dim(self)
+    }
+
     fn embed_batch(&self, texts: &[String]) -> std::result::Result<Vec<Vec<f32>>, String> {
         let mut engine = self
             .engine
@@ -100,6 +109,10 @@ impl Embedder for HashEmbedder {
         self.model_id.clone()
     }
 
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
     fn embed_batch(&self, texts: &[String]) -> std::result::Result<Vec<Vec<f32>>, String> {
         Ok(texts
             .iter()
@@ -125,6 +138,7 @@ struct Pending {
 pub struct Batcher {
     tx: mpsc::Sender<Pending>,
     model_id: String,
+    dim: usize,
 }
 
 impl std::fmt::Debug for Batcher {
@@ -146,6 +160,7 @@ impl Batcher {
     ) -> Self {
         let (tx, mut rx) = mpsc::channel::<Pending>(queue.max(1));
         let model_id = embedder.model_id();
+        let dim = embedder.dim();
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
                 let mut n = first.texts.len();
@@ -188,12 +203,17 @@ impl Batcher {
                 }
             }
         });
-        Batcher { tx, model_id }
+        Batcher { tx, model_id, dim }
     }
 
     /// The model id.
     pub fn model_id(&self) -> &str {
         &self.model_id
+    }
+
+    /// The length of the model's vectors (0 when the embedder does not say).
+    pub fn dim(&self) -> usize {
+        self.dim
     }
 
     /// Embeds `texts`, sharing an engine call with concurrent requests.

@@ -30,6 +30,9 @@ pub enum Error {
     /// 403: the token's role may not use this route.
     #[error("this route needs the {0} role")]
     Forbidden(&'static str),
+    /// 403: the caller's identity is quarantined (a result it sent did not verify).
+    #[error("{0}")]
+    Quarantined(String),
     /// 404.
     #[error("{0}")]
     NotFound(String),
@@ -107,6 +110,17 @@ impl Error {
         }
     }
 
+    /// A 400 for an ack of a batch refused with `code` (one of the result checks' codes).
+    pub fn refused(code: &str, message: String) -> Self {
+        let code = match code {
+            "model_mismatch" => "model_mismatch",
+            "bad_model" => "bad_model",
+            "bad_id" => "bad_id",
+            _ => "bad_result",
+        };
+        Error::BadRequest { code, message }
+    }
+
     /// Whether retrying the same request later may succeed.
     pub fn is_retryable(&self) -> bool {
         matches!(
@@ -123,7 +137,7 @@ impl Error {
         match self {
             Error::BadRequest { .. } => StatusCode::BAD_REQUEST,
             Error::Unauthorized | Error::BadToken(_) => StatusCode::UNAUTHORIZED,
-            Error::Forbidden(_) => StatusCode::FORBIDDEN,
+            Error::Forbidden(_) | Error::Quarantined(_) => StatusCode::FORBIDDEN,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Error::Conflict { .. } => StatusCode::CONFLICT,
@@ -143,6 +157,7 @@ impl Error {
             Error::Unauthorized => "unauthorized",
             Error::BadToken(_) => "bad_token",
             Error::Forbidden(_) => "forbidden",
+            Error::Quarantined(_) => "quarantined",
             Error::NotFound(_) => "not_found",
             Error::MethodNotAllowed => "method_not_allowed",
             Error::TooManyRequests { .. } => "too_many_requests",

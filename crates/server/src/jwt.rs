@@ -68,6 +68,8 @@ pub struct Verified {
     pub exp: u64,
     /// The token's own claim limit, per minute.
     pub claims_per_min: Option<u32>,
+    /// Its `sub`, when it names one.
+    pub sub: Option<String>,
 }
 
 /// Why a token was refused (every one is a 401).
@@ -232,6 +234,7 @@ impl Keys {
             tenant: c.tenant,
             exp: c.exp,
             claims_per_min: c.claims_per_min,
+            sub: c.sub,
         })
     }
 }
@@ -297,6 +300,7 @@ mod tests {
                 tenant: "acme".into(),
                 exp: now + 600,
                 claims_per_min: None,
+                sub: None,
             }
         );
         assert_eq!(k.verify(&t, now + 700), Err(TokenError::Expired));

@@ -31,6 +31,8 @@
 //!   other).
 //! - `routes/`: one file per route family (`jobs`, `dlq`, `events`, `cache`, `locks`, `embed`,
 //!   `metrics`, `model`, `dashboard`); `routes/mod.rs` assembles the router and its layers (auth, CORS, body limit).
+//! - [`integrity`]: result verification: shape checks, provenance, probation and sampled
+//!   recomputation, quarantine and undo.
 //! - `extract`: the JSON, path and query extractors whose rejections are protocol errors.
 
 pub mod auth;
@@ -40,6 +42,7 @@ pub mod config;
 pub mod embed;
 pub mod error;
 mod extract;
+pub mod integrity;
 pub mod jwt;
 mod limits;
 pub mod metrics;

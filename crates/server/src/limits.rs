@@ -23,6 +23,20 @@ pub(crate) struct Caller {
     pub(crate) claims_per_min: Option<u32>,
     /// The token's role.
     pub(crate) role: crate::auth::Role,
+    /// Who writes with this token, for result provenance and verification
+    /// ([`crate::integrity::writer_id`]).
+    pub(crate) sub: Arc<str>,
+}
+
+impl Caller {
+    /// The caller as the writer of results, under the worker name it gives.
+    pub(crate) fn writer(&self, worker: Option<&str>) -> crate::integrity::Writer {
+        crate::integrity::Writer {
+            tenant: self.tenant.clone(),
+            sub: self.sub.clone(),
+            worker: crate::integrity::worker_name(worker),
+        }
+    }
 }
 
 /// See the [module docs](self).

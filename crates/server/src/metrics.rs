@@ -54,6 +54,16 @@ counters! {
     embed_requests: "Backend embed requests served.",
     embed_texts: "Texts embedded by the backend.",
     embed_rejected: "Backend embed requests refused because the queue was full.",
+    results_refused: "Acks and cache writes refused by the shape checks (bad_result, model_mismatch).",
+    results_verified: "Results and cache writes the server recomputed and found equal.",
+    results_unverifiable: "Results of a model the server cannot run, accepted unverified.",
+    results_mismatched: "Results and cache writes the server recomputed and found different (the writer is quarantined).",
+    verify_micros: "Time spent recomputing results for verification (microseconds of engine time).",
+    quarantines: "Writers quarantined.",
+    quarantines_lifted: "Quarantines lifted by an admin.",
+    undone_results: "Finished jobs re-queued because their writer was quarantined.",
+    undone_cache_entries: "Cache entries deleted because their writer was quarantined.",
+    quarantined_refusals: "Requests refused because the caller is quarantined.",
 }
 
 /// Upper bounds (ms) of the embed latency histogram buckets.
@@ -173,6 +183,15 @@ impl Metrics {
     /// Adds `n` to a counter.
     pub fn add(&self, counter: impl Fn(&Counters) -> &AtomicU64, n: u64) {
         inc(counter(&self.counters), n);
+    }
+
+    /// A counter's value by its name (0 for an unknown name).
+    pub fn counter_value(&self, name: &str) -> u64 {
+        self.counters
+            .list()
+            .into_iter()
+            .find(|(n, _, _)| *n == name)
+            .map_or(0, |(_, _, v)| v)
     }
 
     /// Records one embed batch's latency.

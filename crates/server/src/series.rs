@@ -63,7 +63,7 @@ pub struct Sample {
 pub struct Alert {
     /// When it was noticed (Unix ms).
     pub t: u64,
-    /// `lock_leak`, `dead_letters` or `breaker_open`.
+    /// `lock_leak`, `dead_letters`, `breaker_open` or `quarantine`.
     pub kind: &'static str,
     /// What happened, in words.
     pub message: String,
@@ -256,6 +256,15 @@ impl Series {
     pub fn since(&self, t: u64) -> Vec<Sample> {
         let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         g.samples.iter().filter(|s| s.t > t).cloned().collect()
+    }
+
+    /// Raises an alert now (a quarantine), not waiting for the next sample.
+    pub fn alert(&self, t: u64, kind: &'static str, message: String) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        g.alerts.push_back(Alert { t, kind, message });
+        while g.alerts.len() > MAX_ALERTS {
+            g.alerts.pop_front();
+        }
     }
 
     /// The alerts kept, oldest first.

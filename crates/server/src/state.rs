@@ -46,6 +46,8 @@ pub struct AppState {
     pub(crate) limits: Arc<Limits>,
     pub(crate) hub: Arc<Hub>,
     pub(crate) metrics: Arc<Metrics>,
+    /// Result verification's per-server state.
+    pub(crate) verifier: Arc<crate::integrity::Verifier>,
     /// The dashboard's history of stats samples and alerts (the default tenant's).
     pub(crate) series: Arc<Series>,
     pub(crate) embed: Option<Batcher>,
@@ -93,6 +95,7 @@ impl AppState {
             tenant: Arc::from(DEFAULT_TENANT),
             hub,
             metrics: Arc::new(Metrics::default()),
+            verifier: Arc::default(),
             series: Arc::new(Series::new(cfg_limits.stats_samples)),
             embed: None,
             default_model_id: Arc::from(""),
@@ -203,6 +206,12 @@ impl AppState {
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// Result verification's state ([`crate::integrity::Verifier::settle`] waits for its
+    /// background checks).
+    pub fn verifier(&self) -> &Arc<crate::integrity::Verifier> {
+        &self.verifier
     }
 
     /// The metrics registry.

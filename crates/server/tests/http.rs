@@ -12,8 +12,11 @@ use serde_json::{json, Value};
 use ternflow_core::codec::encode_vector;
 use ternflow_server::{app, AppState, Config, Embedder, MemoryStore};
 
+/// One unit vector of the hash embedder's 8 dimensions for every job: these tests are about
+/// the queue, so `state_with` turns recomputation off (tests/integrity.rs covers it); the
+/// shape checks still apply.
 fn vector() -> String {
-    encode_vector(&[0.5, 0.25])
+    encode_vector(&[0.5, 0.5, 0.5, 0.5, 0.0, 0.0, 0.0, 0.0])
 }
 
 fn ack_body(token: &str) -> Value {
@@ -1221,7 +1224,7 @@ async fn a_batch_ack_answers_each_job_on_its_own() {
             ("nope", "missing")
         ]
     );
-    assert_eq!(r.json["results"][2]["error"]["code"], "bad_vector");
+    assert_eq!(r.json["results"][2]["error"]["code"], "bad_result");
     // The lost and refused ones changed nothing; the good one wrote through with its lease.
     let st = |id: &'static str| {
         let app = app.clone();

@@ -58,6 +58,7 @@ fn result() -> JobResult {
         model_id: "m".to_owned(),
         vector: Vector(vec![1.0]),
         source: ResultSource::Backend,
+        by: None,
     }
 }
 
@@ -101,6 +102,7 @@ async fn sqlite_reopen_keeps_leases_locks_and_growing_fences() {
                 vector: Vector(vec![1.0]),
                 fence: lock.fence,
                 expires_at: 10_000,
+                by: None,
             },
             Fenced::ByLock,
             20,

@@ -145,6 +145,7 @@ async fn bench(args: Args) -> CmdResult {
                 model_id: "m".to_owned(),
                 vector: vec![1.0f32].into(),
                 source: ResultSource::Engine,
+                by: None,
             };
             while done.load(Ordering::Relaxed) < target {
                 let r: ClaimResponse = http
@@ -167,6 +168,7 @@ async fn bench(args: Args) -> CmdResult {
                             id: j.id.clone(),
                             ack: AckRequest {
                                 token: j.lease.token.clone(),
+                                worker: None,
                                 result: ack_result.clone(),
                                 cache: None,
                             },
@@ -175,7 +177,7 @@ async fn bench(args: Args) -> CmdResult {
                     let resp = http
                         .post(format!("{base}/v1/jobs/ack"))
                         .bearer_auth(TOKEN)
-                        .json(&AckBatchRequest { acks })
+                        .json(&AckBatchRequest { acks, worker: None })
                         .send()
                         .await?;
                     if !resp.status().is_success() {

@@ -80,6 +80,21 @@ pub struct Args {
     /// again). Default: keep them, so duplicates of a done job collapse forever.
     #[arg(long, value_name = "SECS")]
     pub done_retention_secs: Option<u64>,
+    /// Do not recompute workers' results (shape checks and provenance stay on). By default the
+    /// server checks every result of a new worker identity before storing it, then a sample
+    /// (docs/security.md).
+    #[arg(long)]
+    pub no_verify: bool,
+    /// Results of a new worker identity (token `sub`) recomputed, all of them, before it is
+    /// trusted enough for sampling.
+    #[arg(long, default_value_t = 32, value_name = "K")]
+    pub verify_probation: u64,
+    /// Fraction of a trusted identity's results recomputed after they are stored (0..=1).
+    #[arg(long, default_value_t = 0.05, value_name = "P")]
+    pub verify_sample: f64,
+    /// Largest per-component difference accepted as equal (0: bit-exact, the default).
+    #[arg(long, default_value_t = 0.0, value_name = "EPS")]
+    pub verify_tolerance: f32,
 }
 
 fn jwt_keys(args: &Args) -> Result<Keys, Box<dyn std::error::Error>> {
@@ -174,8 +189,20 @@ pub fn run(args: Args) -> CmdResult {
         rate_burst: args.rate_per_token.saturating_mul(2),
         header_timeout_ms: args.header_timeout_ms,
         shutdown_deadline_ms: args.shutdown_deadline_ms,
+        verify: ternflow_server::integrity::Policy {
+            enabled: !args.no_verify,
+            probation: args.verify_probation,
+            sample: args.verify_sample,
+            tolerance: args.verify_tolerance,
+        },
         ..Config::default()
     };
+    if !(0.0..=1.0).contains(&config.verify.sample)
+        || !config.verify.tolerance.is_finite()
+        || config.verify.tolerance < 0.0
+    {
+        return Err("--verify-sample is within 0..=1 and --verify-tolerance ≥ 0".into());
+    }
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let store: Arc<dyn Store> = if args.store == "embedded" {

@@ -1,10 +1,13 @@
 //! Queue rules shared by the job, dead-letter and event routes: id validation, the `jobs`
-//! event, and telling a lost lease from a missing job.
+//! event, telling a lost lease from a missing job, and ([`finish`]) the one path a result
+//! takes into the store.
 
 use ternflow_core::keys;
 use ternflow_core::protocol::{FinishedEvent, JobsEvent, ServerEvent};
 
 use crate::error::{Error, Result};
+
+pub(crate) mod finish;
 use crate::state::AppState;
 
 /// Checks a job id, cache key or lock key.

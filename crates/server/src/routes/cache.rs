@@ -1,23 +1,43 @@
 //! `GET/PUT/DELETE /v1/cache/{key}`: the remote cache. A `PUT` must carry the fence of a live
-//! lock on the key (the server issued it); the rules are in [`crate::cache`].
+//! lock on the key (the server issued it), and the text (the server checks it hashes to the
+//! key, and recomputes the vector as `crate::integrity` says); the rules are in
+//! [`crate::cache`].
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use ternflow_core::keys::cache_key;
 use ternflow_core::protocol::{CacheEntry, CachePut};
 
+use crate::auth::Role;
 use crate::cache::{check_write, invalidate, store_entry};
 use crate::error::{Error, Result};
 use crate::extract::{Json, Path};
+use crate::integrity::shape::check_vector;
+use crate::integrity::verifier::{self, Item};
+use crate::limits::Caller;
 use crate::queue::valid_id;
-use crate::store::{Fenced, PutOutcome};
+use crate::store::{Fenced, PutOutcome, Written};
 use crate::tenants::Ctx;
 
-pub(crate) async fn get(Ctx(state): Ctx, Path(key): Path<String>) -> Result<Json<CacheEntry>> {
+/// An entry as `caller` may see it: its writer only for admins.
+fn shown_to(caller: &Caller, mut e: CacheEntry) -> CacheEntry {
+    if caller.role != Role::Admin {
+        e.by = None;
+    }
+    e
+}
+
+pub(crate) async fn get(
+    Ctx(state): Ctx,
+    Extension(caller): Extension<Caller>,
+    Path(key): Path<String>,
+) -> Result<Json<CacheEntry>> {
     valid_id(&key)?;
     match state.store.cache_get(&key, state.now()).await? {
         Some(e) => {
             state.metrics.add(|c| &c.cache_hits, 1);
-            Ok(Json(e))
+            Ok(Json(shown_to(&caller, e)))
         }
         None => {
             state.metrics.add(|c| &c.cache_misses, 1);
@@ -28,10 +48,54 @@ pub(crate) async fn get(Ctx(state): Ctx, Path(key): Path<String>) -> Result<Json
 
 pub(crate) async fn put(
     Ctx(state): Ctx,
+    Extension(caller): Extension<Caller>,
     Path(key): Path<String>,
     Json(req): Json<CachePut>,
 ) -> Result<Response> {
     check_write(&key, &req.model_id, &req.vector)?;
+    check_vector(verifier::model_dim(&state, &req.model_id), &req.vector.0).inspect_err(|_| {
+        state.metrics.add(|c| &c.results_refused, 1);
+    })?;
+    let writer = caller.writer(req.worker.as_deref());
+    let checkable = verifier::can_verify(&state, &req.model_id);
+    // The text must be the key's: then the server knows what the vector should be.
+    let item = match &req.text {
+        Some(t) if cache_key(&req.model_id, t) != key => {
+            state.metrics.add(|c| &c.results_refused, 1);
+            return Err(Error::bad_request(
+                "bad_result",
+                "the text does not hash to this key",
+            ));
+        }
+        Some(t) => Some(Item {
+            written: Written::Cache(key.clone()),
+            text: t.clone(),
+            vector: req.vector.0.clone(),
+        }),
+        None if checkable => {
+            return Err(Error::bad_request(
+                "text_required",
+                "a cache write of a model this server verifies carries its text",
+            ))
+        }
+        None => None,
+    };
+    let probation = verifier::on_probation(&state, &writer).await?;
+    let mut verified = false;
+    if let (true, true, Some(item)) = (probation, checkable, &item) {
+        if let Some(d) = verifier::recompute(&state, std::slice::from_ref(item))
+            .await?
+            .remove(0)
+        {
+            verifier::condemn(&state, &writer.sub, format!("c:{key} (on probation): {d}")).await;
+            return Err(Error::Quarantined(format!(
+                "the vector did not match the server's own embedding ({d}); this worker \
+                 identity is quarantined"
+            )));
+        }
+        verifier::credit(&state, &writer, 1).await;
+        verified = true;
+    }
     let fence = req.fence;
     let put = store_entry(
         &state,
@@ -41,15 +105,28 @@ pub(crate) async fn put(
         fence,
         Fenced::ByLock,
         req.ttl_ms,
+        writer.provenance(state.now(), verified),
     );
     match put.await? {
         (entry, PutOutcome::Stored { replaced }) => {
+            if let Err(e) = state
+                .store
+                .note_written(&writer.sub, vec![Written::Cache(key.clone())])
+                .await
+            {
+                tracing::warn!(error = %e, "recording provenance");
+            }
+            if let (false, true, Some(item)) = (probation, checkable, item) {
+                if verifier::sampled(&state) {
+                    verifier::check_later(&state, &writer, vec![item]);
+                }
+            }
             let status = if replaced {
                 StatusCode::OK
             } else {
                 StatusCode::CREATED
             };
-            Ok((status, Json(entry)).into_response())
+            Ok((status, Json(shown_to(&caller, entry))).into_response())
         }
         (_, PutOutcome::Stale(stored)) => Err(Error::Conflict {
             code: "stale_fence",
@@ -57,7 +134,7 @@ pub(crate) async fn put(
                 "a newer entry (fence {} > {}) is stored",
                 stored.fence, fence
             ),
-            entry: Some(Box::new(stored)),
+            entry: Some(Box::new(shown_to(&caller, stored))),
             expires_at: None,
             retry_after_s: None,
         }),
@@ -74,7 +151,7 @@ pub(crate) async fn put(
                 message: "no live lock on this key carries that fence: take the lock \
                           (POST /v1/locks/{key}) and write with its fence"
                     .to_owned(),
-                entry: stored.map(Box::new),
+                entry: stored.map(|e| Box::new(shown_to(&caller, e))),
                 expires_at: None,
                 retry_after_s: None,
             })

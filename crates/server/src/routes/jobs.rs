@@ -7,24 +7,24 @@ use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use ternflow_core::keys;
 use ternflow_core::protocol::{
-    AckBatchRequest, AckBatchResponse, AckItemOutcome, AckItemResult, AckRequest, AckResponse,
-    ClaimRequest, ClaimResponse, ClaimedJob, EnqueueRequest, EnqueueResponse, ErrorDetail,
+    AckBatchRequest, AckBatchResponse, AckItem, AckItemOutcome, AckRequest, AckResponse,
+    ClaimRequest, ClaimResponse, EnqueueRequest, EnqueueResponse, ErrorDetail,
     HeartbeatBatchRequest, HeartbeatBatchResponse, HeartbeatItem, HeartbeatRequest,
-    HeartbeatResponse, JobResult, JobState, JobStatus, NackBatchRequest, NackBatchResponse,
-    NackItemOutcome, NackItemResult, NackRequest, NackResponse, ReleaseRequest, ResultSource,
-    StatusList, StatusRequest,
+    HeartbeatResponse, JobState, JobStatus, NackBatchRequest, NackBatchResponse, NackItemOutcome,
+    NackItemResult, NackRequest, NackResponse, ReleaseRequest, StatusList, StatusRequest,
 };
 use ternflow_core::trace::TraceParent;
 
 use axum::Extension;
 
-use crate::cache;
+use crate::auth::Role;
 use crate::error::{Error, Result};
 use crate::extract::{Json, Path};
 use crate::limits::Caller;
+use crate::queue::finish::{finish, resolve_cached};
 use crate::queue::{lease_lost, lost_or_missing, publish_depth, publish_finished, valid_id};
 use crate::state::AppState;
-use crate::store::{AckInput, AckOutcome, Fenced, JobRecord, PRIORITY_RANGE};
+use crate::store::{JobRecord, PRIORITY_RANGE};
 use crate::tenants::Ctx;
 
 /// Longest `delay_ms` accepted (30 days).
@@ -127,6 +127,9 @@ pub(crate) async fn claim(
     if let Some(Extension(c)) = &caller {
         state.limits.check_claim(c)?;
     }
+    let caller_is_admin = caller
+        .as_ref()
+        .is_none_or(|Extension(c)| c.role == Role::Admin);
     let cfg = state.config.clone();
     if req.worker.is_empty() || req.worker.len() > 128 {
         return Err(Error::bad_request("bad_worker", "worker is 1–128 bytes"));
@@ -200,6 +203,13 @@ pub(crate) async fn claim(
                 }
             }
             resolve_cached(&state, &mut jobs, now).await;
+            if !caller_is_admin {
+                for j in &mut jobs {
+                    if let Some(e) = &mut j.cached {
+                        e.by = None;
+                    }
+                }
+            }
             for j in &mut jobs {
                 let span = format!("{:016x}", rand::random::<u64>().max(1));
                 j.traceparent = format!("00-{}-{span}-01", j.traceparent);
@@ -217,59 +227,6 @@ pub(crate) async fn claim(
             _ = shutdown.changed() => {}
         }
     }
-}
-
-/// Finishes, under their new leases, the claimed jobs whose text the cache already holds for
-/// their model (result source `remote`), and flags them `resolved`: the worker then only warms
-/// its local cache and sends no ack, so a cache hit costs no ack request and its vector crosses
-/// the network once. Best effort: on a store error the jobs stay leased and the worker acks
-/// them as before.
-async fn resolve_cached(state: &AppState, jobs: &mut [ClaimedJob], now: u64) {
-    // (index in `jobs`, the ack the server makes for it), built in one pass so the two stay
-    // aligned with the store's answers.
-    let (hits, inputs): (Vec<usize>, Vec<AckInput>) = jobs
-        .iter()
-        .enumerate()
-        .filter_map(|(i, j)| {
-            let e = j.cached.as_ref()?;
-            (e.model_id == j.model_id && !e.vector.0.is_empty()).then(|| {
-                let input = AckInput {
-                    id: j.id.clone(),
-                    token: j.lease.token.clone(),
-                    result: JobResult {
-                        model_id: e.model_id.clone(),
-                        vector: e.vector.clone(),
-                        source: ResultSource::Remote,
-                    },
-                };
-                (i, input)
-            })
-        })
-        .unzip();
-    if hits.is_empty() {
-        return;
-    }
-    let outcomes = match state.store.ack_many(inputs, now).await {
-        Ok(o) => o,
-        Err(e) => {
-            tracing::warn!(error = %e, "resolving cached jobs at claim");
-            return;
-        }
-    };
-    let mut done_ids = Vec::new();
-    for (&i, outcome) in hits.iter().zip(outcomes) {
-        if let AckOutcome::Done { .. } = outcome {
-            let j = &mut jobs[i];
-            j.resolved = true;
-            state.metrics.job_acked(&j.id, ResultSource::Remote, now);
-            done_ids.push(j.id.clone());
-        }
-    }
-    let done = done_ids.len() as u64;
-    state.metrics.add(|c| &c.jobs_acked, done);
-    state.metrics.add(|c| &c.jobs_resolved_at_claim, done);
-    state.metrics.record_acks(now, done);
-    publish_finished(state, done_ids, Vec::new()).await;
 }
 
 pub(crate) async fn heartbeat(
@@ -328,47 +285,36 @@ pub(crate) async fn heartbeat_batch(
 
 pub(crate) async fn ack(
     Ctx(state): Ctx,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Json(req): Json<AckRequest>,
 ) -> Result<Json<AckResponse>> {
-    check_ack(&id, &req)?;
-    let now = state.now();
-    let write = req.cache.map(|c| (c, req.result.clone()));
-    let source = req.result.source;
-    match state.store.ack(&id, &req.token, req.result, now).await? {
-        AckOutcome::Done { fence, text_hash } => {
-            state.metrics.add(|c| &c.jobs_acked, 1);
-            state.metrics.record_acks(now, 1);
-            state.metrics.job_acked(&id, source, now);
-            tracing::info!(job = %id, "acked");
-            if let Some((c, result)) = write {
-                write_through(&state, &id, &c.key, result, fence, &text_hash, c.ttl_ms).await;
-            }
-            publish_finished(&state, vec![id.clone()], Vec::new()).await;
-            Ok(Json(AckResponse { id, first: true }))
+    valid_id(&id)?;
+    let writer = caller.writer(req.worker.as_deref());
+    let item = AckItem { id, ack: req };
+    let r = finish(&state, &writer, vec![item])
+        .await?
+        .pop()
+        .ok_or_else(|| Error::Unavailable("no answer for the ack".to_owned()))?;
+    match r.outcome {
+        AckItemOutcome::Done => Ok(Json(AckResponse {
+            id: r.id,
+            first: true,
+        })),
+        AckItemOutcome::Repeated => Ok(Json(AckResponse {
+            id: r.id,
+            first: false,
+        })),
+        AckItemOutcome::LeaseLost => Err(lease_lost(&state)),
+        AckItemOutcome::Missing => Err(Error::NotFound(format!("no job {}", r.id))),
+        AckItemOutcome::Refused => {
+            let e = r.error.unwrap_or(ErrorDetail {
+                code: "bad_result".to_owned(),
+                message: String::new(),
+            });
+            Err(Error::refused(&e.code, e.message))
         }
-        AckOutcome::Repeated => Ok(Json(AckResponse { id, first: false })),
-        AckOutcome::Stale => Err(lease_lost(&state)),
-        AckOutcome::Missing => Err(Error::NotFound(format!("no job {id}"))),
     }
-}
-
-/// What every ack must look like before the store sees it.
-fn check_ack(id: &str, req: &AckRequest) -> Result<()> {
-    valid_id(id)?;
-    if req.result.vector.0.is_empty() {
-        return Err(Error::bad_request(
-            "bad_vector",
-            "the result vector is empty",
-        ));
-    }
-    if req.result.model_id.is_empty() {
-        return Err(Error::bad_request(
-            "bad_model",
-            "the result needs the model_id that produced it",
-        ));
-    }
-    Ok(())
 }
 
 /// `POST /v1/jobs/ack`: many acks in one request and one store step, each answered on its own
@@ -376,6 +322,7 @@ fn check_ack(id: &str, req: &AckRequest) -> Result<()> {
 /// request (503): the worker sends the same batch again, and acks are idempotent per token.
 pub(crate) async fn ack_batch(
     Ctx(state): Ctx,
+    Extension(caller): Extension<Caller>,
     Json(req): Json<AckBatchRequest>,
 ) -> Result<Json<AckBatchResponse>> {
     if req.acks.is_empty() {
@@ -387,104 +334,9 @@ pub(crate) async fn ack_batch(
             format!("at most {} acks per request", state.config.max_claim),
         ));
     }
-    let now = state.now();
-    let mut results: Vec<Option<AckItemResult>> = vec![None; req.acks.len()];
-    let mut inputs = Vec::with_capacity(req.acks.len());
-    let mut items = Vec::with_capacity(req.acks.len());
-    for (i, item) in req.acks.into_iter().enumerate() {
-        if let Err(e) = check_ack(&item.id, &item.ack) {
-            results[i] = Some(AckItemResult {
-                id: item.id,
-                outcome: AckItemOutcome::Refused,
-                error: Some(ErrorDetail {
-                    code: e.code().to_owned(),
-                    message: e.to_string(),
-                }),
-            });
-            continue;
-        }
-        inputs.push(AckInput {
-            id: item.id.clone(),
-            token: item.ack.token.clone(),
-            result: item.ack.result.clone(),
-        });
-        items.push((i, item));
-    }
-    let outcomes = state.store.ack_many(inputs, now).await?;
-    let mut writes = Vec::new();
-    let mut done = 0;
-    let mut done_ids = Vec::new();
-    for ((i, item), outcome) in items.into_iter().zip(outcomes) {
-        let outcome = match outcome {
-            AckOutcome::Done { fence, text_hash } => {
-                done += 1;
-                state
-                    .metrics
-                    .job_acked(&item.id, item.ack.result.source, now);
-                done_ids.push(item.id.clone());
-                if let Some(c) = item.ack.cache {
-                    let (state, id, result) = (&state, item.id.clone(), item.ack.result);
-                    writes.push(async move {
-                        write_through(state, &id, &c.key, result, fence, &text_hash, c.ttl_ms)
-                            .await;
-                    });
-                }
-                AckItemOutcome::Done
-            }
-            AckOutcome::Repeated => AckItemOutcome::Repeated,
-            AckOutcome::Stale => {
-                state.metrics.add(|c| &c.leases_lost, 1);
-                AckItemOutcome::LeaseLost
-            }
-            AckOutcome::Missing => AckItemOutcome::Missing,
-        };
-        results[i] = Some(AckItemResult {
-            id: item.id,
-            outcome,
-            error: None,
-        });
-    }
-    // Concurrent, so the store commits them together.
-    futures_util::future::join_all(writes).await;
-    publish_finished(&state, done_ids, Vec::new()).await;
-    state.metrics.add(|c| &c.jobs_acked, done);
-    state.metrics.record_acks(now, done);
-    Ok(Json(AckBatchResponse {
-        results: results.into_iter().flatten().collect(),
-    }))
-}
-
-/// The cache write an ack carries. The job is done whatever happens here: a write that is not
-/// for this job's text, or is refused (a newer fence), or fails, is counted and logged, never
-/// reported as a failed ack. The fence is the lease's, from the store, not the request's.
-async fn write_through(
-    state: &AppState,
-    id: &str,
-    key: &str,
-    result: ternflow_core::protocol::JobResult,
-    fence: u64,
-    text_hash: &str,
-    ttl_ms: Option<u64>,
-) {
-    let expected = format!("{}:{text_hash}", result.model_id);
-    if key != expected {
-        state.metrics.add(|c| &c.cache_unfenced_puts, 1);
-        tracing::warn!(job = %id, %key, %expected, "ack write-through for another key refused");
-        return;
-    }
-    if let Err(e) = cache::store_entry(
-        state,
-        key,
-        result.model_id,
-        result.vector,
-        fence,
-        Fenced::ByLease,
-        ttl_ms,
-    )
-    .await
-    {
-        tracing::warn!(job = %id, error = %e, "ack write-through to the cache failed");
-    }
+    let writer = caller.writer(req.worker.as_deref());
+    let results = finish(&state, &writer, req.acks).await?;
+    Ok(Json(AckBatchResponse { results }))
 }
 
 /// `POST /v1/jobs/{id}/release`: a stopping worker hands the lease back; the job is ready again
@@ -604,8 +456,19 @@ async fn nack_one(state: &AppState, id: &str, req: NackRequest) -> Result<NackIt
 const MAX_STATUS_IDS: usize = 1_000;
 
 /// `POST /v1/jobs/status`: many jobs' status (and results) in one request, in order.
+/// Drops a result's provenance for callers who may not see it (all but admins).
+fn shown_to(caller: &Caller, mut s: JobStatus) -> JobStatus {
+    if caller.role != Role::Admin {
+        if let JobState::Done { result } = &mut s.state {
+            result.by = None;
+        }
+    }
+    s
+}
+
 pub(crate) async fn status_many(
     Ctx(state): Ctx,
+    Extension(caller): Extension<Caller>,
     Json(req): Json<StatusRequest>,
 ) -> Result<Json<StatusList>> {
     if req.ids.len() > MAX_STATUS_IDS {
@@ -631,7 +494,7 @@ pub(crate) async fn status_many(
                         result.vector.0.clear();
                     }
                 }
-                out.jobs.push(s)
+                out.jobs.push(shown_to(&caller, s))
             }
             None => out.missing.push(id),
         }
@@ -639,12 +502,16 @@ pub(crate) async fn status_many(
     Ok(Json(out))
 }
 
-pub(crate) async fn status(Ctx(state): Ctx, Path(id): Path<String>) -> Result<Json<JobStatus>> {
+pub(crate) async fn status(
+    Ctx(state): Ctx,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<JobStatus>> {
     valid_id(&id)?;
     state
         .store
         .status(&id)
         .await?
-        .map(Json)
+        .map(|s| Json(shown_to(&caller, s)))
         .ok_or_else(|| Error::NotFound(format!("no job {id}")))
 }

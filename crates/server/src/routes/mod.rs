@@ -24,6 +24,7 @@ pub(crate) mod jobs;
 pub(crate) mod locks;
 pub(crate) mod metrics;
 pub(crate) mod model;
+pub(crate) mod quarantine;
 
 const OPENAPI: &str = include_str!("../../openapi.json");
 
@@ -112,6 +113,7 @@ pub fn router(state: AppState) -> Router {
             .route("/v1/jobs/{id}", get(jobs::status))
             .route("/v1/jobs/status", post(jobs::status_many)),
     );
+    // Quarantined identities are refused (the inner layer runs after the auth gate).
     let worker = guarded(
         &state,
         &[Worker],
@@ -135,7 +137,8 @@ pub fn router(state: AppState) -> Router {
             )
             .route("/v1/locks/{key}/renew", post(locks::renew))
             .route("/v1/embed", post(embed::embed))
-            .route("/v1/metrics", post(metrics::push)),
+            .route("/v1/metrics", post(metrics::push))
+            .route_layer(from_fn_with_state(state.clone(), quarantine::gate)),
     );
     let events = guarded(
         &state,
@@ -153,6 +156,11 @@ pub fn router(state: AppState) -> Router {
             .route("/v1/stats", get(metrics::stats))
             .route("/v1/dashboard", get(dashboard::data))
             .route("/v1/search", post(dashboard::search))
+            .route("/v1/quarantine", get(quarantine::list))
+            .route(
+                "/v1/quarantine/{sub}",
+                axum::routing::delete(quarantine::lift),
+            )
             .route("/metrics", get(metrics::prometheus)),
     );
     let public = Router::new()

@@ -11,7 +11,10 @@ use ternflow_core::protocol::{
     Vector,
 };
 
-use super::{AckOutcome, Fenced, JobRecord, LockOutcome, PutOutcome, Store, MAX_HISTORY};
+use super::{
+    AckInput, AckOutcome, Fenced, JobRecord, LockOutcome, PutOutcome, Quarantine, Store, Written,
+    MAX_HISTORY,
+};
 
 const T0: u64 = 1_000_000;
 
@@ -32,6 +35,7 @@ fn result() -> JobResult {
         model_id: "m".to_owned(),
         vector: Vector(vec![0.5, -0.25]),
         source: ResultSource::Engine,
+        by: None,
     }
 }
 
@@ -49,6 +53,7 @@ fn entry(fence: u64, expires_at: u64) -> CacheEntry {
         vector: Vector(vec![1.0, 2.0, 3.0]),
         fence,
         expires_at,
+        by: None,
     }
 }
 
@@ -76,6 +81,200 @@ where
     locks(make().await).await;
     events_are_numbered_in_order(make().await).await;
     concurrent_events_arrive_in_id_order(std::sync::Arc::new(make().await)).await;
+    ack_refuses_a_result_of_another_model(make().await).await;
+    standing_counts_and_quarantines(make().await).await;
+    provenance_index_and_undo(make().await).await;
+    cache_entries_keep_their_writer(make().await).await;
+}
+
+fn by(sub: &str) -> ternflow_core::protocol::Provenance {
+    ternflow_core::protocol::Provenance {
+        tenant: "default".to_owned(),
+        sub: sub.to_owned(),
+        worker: Some("w1".to_owned()),
+        at: T0,
+        verified: false,
+    }
+}
+
+async fn ack_refuses_a_result_of_another_model<S: Store>(s: S) {
+    s.enqueue(vec![job("a", 0, T0), job("b", 0, T0)], T0)
+        .await
+        .unwrap();
+    let c = s.claim("w", 2, 30_000, 5, T0).await.unwrap();
+    let lease = |id: &str| {
+        c.jobs
+            .iter()
+            .find(|j| j.id == id)
+            .unwrap()
+            .lease
+            .token
+            .clone()
+    };
+    let other = JobResult {
+        model_id: "m2".to_owned(),
+        ..result()
+    };
+    assert_eq!(
+        s.ack("a", &lease("a"), other.clone(), T0 + 1)
+            .await
+            .unwrap(),
+        AckOutcome::WrongModel {
+            expected: "m".to_owned()
+        },
+        "an ack naming another model than the job's is refused"
+    );
+    let many = s
+        .ack_many(
+            vec![
+                AckInput {
+                    id: "b".into(),
+                    token: lease("b"),
+                    result: other,
+                },
+                AckInput {
+                    id: "a".into(),
+                    token: lease("a"),
+                    result: result(),
+                },
+            ],
+            T0 + 2,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(many[0], AckOutcome::WrongModel { .. }), "{many:?}");
+    assert!(
+        matches!(many[1], AckOutcome::Done { .. }),
+        "the lease survived the refusal"
+    );
+    let b = s.status("b").await.unwrap().unwrap();
+    assert!(
+        matches!(b.state, JobState::Leased { .. }),
+        "a refused ack leaves the job leased: {b:?}"
+    );
+}
+
+async fn standing_counts_and_quarantines<S: Store>(s: S) {
+    assert_eq!(s.standing("v1").await.unwrap(), Default::default());
+    assert_eq!(s.add_verified("v1", 3).await.unwrap(), 3);
+    assert_eq!(s.add_verified("v1", 2).await.unwrap(), 5);
+    let q = Quarantine {
+        at: T0,
+        reason: "j:x differs".to_owned(),
+    };
+    assert!(s.quarantine("v1", q.clone()).await.unwrap());
+    let again = Quarantine {
+        at: T0 + 5,
+        reason: "later".to_owned(),
+    };
+    assert!(
+        !s.quarantine("v1", again).await.unwrap(),
+        "the first reason is kept"
+    );
+    let st = s.standing("v1").await.unwrap();
+    assert_eq!(st.quarantine, Some(q.clone()));
+    assert_eq!(s.standing("v2").await.unwrap().quarantine, None);
+    assert_eq!(s.quarantined(10).await.unwrap(), vec![("v1".to_owned(), q)]);
+    assert!(s.lift_quarantine("v1").await.unwrap());
+    assert!(!s.lift_quarantine("v1").await.unwrap());
+    assert_eq!(
+        s.standing("v1").await.unwrap(),
+        Default::default(),
+        "a lifted quarantine starts probation again"
+    );
+    assert!(s.quarantined(10).await.unwrap().is_empty());
+}
+
+async fn provenance_index_and_undo<S: Store>(s: S) {
+    s.enqueue(vec![job("a", 0, T0), job("b", 0, T0)], T0)
+        .await
+        .unwrap();
+    let c = s.claim("w", 2, 30_000, 5, T0).await.unwrap();
+    for j in &c.jobs {
+        let r = JobResult {
+            by: Some(by("liar")),
+            ..result()
+        };
+        assert!(matches!(
+            s.ack(&j.id, &j.lease.token, r, T0 + 1).await.unwrap(),
+            AckOutcome::Done { .. }
+        ));
+    }
+    s.note_written(
+        "liar",
+        vec![Written::Job("a".into()), Written::Cache("m:k".into())],
+    )
+    .await
+    .unwrap();
+    s.note_written(
+        "liar",
+        vec![Written::Job("a".into()), Written::Job("b".into())],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        s.written_by("liar").await.unwrap(),
+        vec![
+            Written::Cache("m:k".into()),
+            Written::Job("a".into()),
+            Written::Job("b".into())
+        ],
+        "each item once"
+    );
+    assert!(s.written_by("honest").await.unwrap().is_empty());
+    let st = s.status("a").await.unwrap().unwrap();
+    match st.state {
+        JobState::Done { result } => {
+            assert_eq!(result.by, Some(by("liar")), "kept with the result")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        s.job_inputs(&["a".into(), "nope".into()]).await.unwrap(),
+        vec![Some(("text of a".to_owned(), "m".to_owned())), None]
+    );
+    let back = s
+        .requeue_done(&["a".into(), "nope".into()], T0 + 2)
+        .await
+        .unwrap();
+    assert_eq!(back, vec!["a".to_owned()]);
+    assert!(
+        s.requeue_done(&["a".into()], T0 + 3)
+            .await
+            .unwrap()
+            .is_empty(),
+        "only finished jobs are re-queued"
+    );
+    let again = s.claim("w2", 5, 30_000, 5, T0 + 4).await.unwrap();
+    assert_eq!(
+        again.jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
+        vec!["a"],
+        "the re-queued job is delivered again"
+    );
+    assert!(matches!(
+        s.status("b").await.unwrap().unwrap().state,
+        JobState::Done { .. }
+    ));
+}
+
+async fn cache_entries_keep_their_writer<S: Store>(s: S) {
+    let e = CacheEntry {
+        by: Some(by("v9")),
+        ..entry(3, T0 + 10_000)
+    };
+    let put = s.cache_put("m:k", e, Fenced::ByLease, T0).await.unwrap();
+    assert_eq!(put, PutOutcome::Stored { replaced: false });
+    let got = s.cache_get("m:k", T0 + 1).await.unwrap().unwrap();
+    assert_eq!(got.by, Some(by("v9")));
+    let many = s.cache_get_many(&["m:k".into()], T0 + 1).await.unwrap();
+    assert_eq!(many[0].as_ref().unwrap().by, Some(by("v9")));
+    // A newer write without a writer drops the old one's.
+    let put = s
+        .cache_put("m:k", entry(4, T0 + 10_000), Fenced::ByLease, T0 + 2)
+        .await
+        .unwrap();
+    assert_eq!(put, PutOutcome::Stored { replaced: true });
+    assert_eq!(s.cache_get("m:k", T0 + 3).await.unwrap().unwrap().by, None);
 }
 
 async fn scan_done_reads_every_finished_job<S: Store>(s: S) {

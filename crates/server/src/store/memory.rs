@@ -16,7 +16,8 @@ use tokio::sync::broadcast;
 use super::local_events::LocalEvents;
 use super::{
     cap_error, new_token, push_history, AckOutcome, CacheStore, Claimed, EventBus, Fenced,
-    JobRecord, LockOutcome, LockStore, NumberedEvent, PutOutcome, QueueStore,
+    IntegrityStore, JobRecord, LockOutcome, LockStore, NumberedEvent, PutOutcome, Quarantine,
+    QueueStore, Standing, Written,
 };
 use crate::error::Result;
 
@@ -71,6 +72,8 @@ struct Inner {
     locks: HashMap<String, LockGrant>,
     seq: u64,
     fence: u64,
+    standing: HashMap<String, Standing>,
+    written: HashMap<String, BTreeSet<Written>>,
 }
 
 impl Inner {
@@ -407,6 +410,11 @@ impl QueueStore for MemoryStore {
             St::Done { token: t, .. } if t == token => return Ok(AckOutcome::Repeated),
             _ => return Ok(AckOutcome::Stale),
         };
+        if !j.model_id.is_empty() && j.model_id != result.model_id {
+            return Ok(AckOutcome::WrongModel {
+                expected: j.model_id,
+            });
+        }
         let text_hash = keys::text_hash(&j.text);
         j.state = St::Done {
             result,
@@ -693,5 +701,95 @@ impl super::ResultScan for MemoryStore {
         }
         let next = if seen < limit.max(1) { None } else { last };
         Ok(super::DonePage { jobs, next })
+    }
+}
+
+#[async_trait]
+impl IntegrityStore for MemoryStore {
+    async fn standing(&self, sub: &str) -> Result<Standing> {
+        Ok(self.lock().standing.get(sub).cloned().unwrap_or_default())
+    }
+
+    async fn add_verified(&self, sub: &str, n: u64) -> Result<u64> {
+        let mut g = self.lock();
+        let s = g.standing.entry(sub.to_owned()).or_default();
+        s.verified += n;
+        Ok(s.verified)
+    }
+
+    async fn quarantine(&self, sub: &str, q: Quarantine) -> Result<bool> {
+        let mut g = self.lock();
+        let s = g.standing.entry(sub.to_owned()).or_default();
+        if s.quarantine.is_some() {
+            return Ok(false);
+        }
+        s.quarantine = Some(q);
+        Ok(true)
+    }
+
+    async fn lift_quarantine(&self, sub: &str) -> Result<bool> {
+        let mut g = self.lock();
+        match g.standing.get_mut(sub) {
+            Some(s) if s.quarantine.is_some() => {
+                *s = Standing::default();
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn quarantined(&self, limit: usize) -> Result<Vec<(String, Quarantine)>> {
+        let g = self.lock();
+        let mut v: Vec<(String, Quarantine)> = g
+            .standing
+            .iter()
+            .filter_map(|(sub, s)| Some((sub.clone(), s.quarantine.clone()?)))
+            .collect();
+        v.sort_by(|a, b| (a.1.at, &a.0).cmp(&(b.1.at, &b.0)));
+        v.truncate(limit);
+        Ok(v)
+    }
+
+    async fn note_written(&self, sub: &str, items: Vec<Written>) -> Result<()> {
+        self.lock()
+            .written
+            .entry(sub.to_owned())
+            .or_default()
+            .extend(items);
+        Ok(())
+    }
+
+    async fn written_by(&self, sub: &str) -> Result<Vec<Written>> {
+        let g = self.lock();
+        Ok(g.written
+            .get(sub)
+            .map(|w| w.iter().cloned().collect())
+            .unwrap_or_default())
+    }
+
+    async fn job_inputs(&self, ids: &[String]) -> Result<Vec<Option<(String, String)>>> {
+        let g = self.lock();
+        Ok(ids
+            .iter()
+            .map(|id| g.jobs.get(id).map(|j| (j.text.clone(), j.model_id.clone())))
+            .collect())
+    }
+
+    async fn requeue_done(&self, ids: &[String], _now: u64) -> Result<Vec<String>> {
+        let mut g = self.lock();
+        let mut out = Vec::new();
+        for id in ids {
+            let Some(mut j) = g.jobs.get(id).cloned() else {
+                continue;
+            };
+            if !matches!(j.state, St::Done { .. }) {
+                continue;
+            }
+            j.seq = g.next_seq();
+            j.state = St::Ready;
+            g.put_job(j);
+            out.push(id.clone());
+        }
+        Ok(out)
     }
 }

@@ -91,6 +91,12 @@ pub enum AckOutcome {
     Stale,
     /// No such job.
     Missing,
+    /// Refused, nothing changed (the lease is still held): the result names another model
+    /// than the job's.
+    WrongModel {
+        /// The job's model.
+        expected: String,
+    },
 }
 
 /// Outcome of a cache `PUT`.
@@ -312,10 +318,95 @@ pub trait ResultScan: Send + Sync + std::fmt::Debug + 'static {
     async fn scan_done(&self, cursor: &str, limit: usize) -> Result<DonePage>;
 }
 
-/// Everything the server keeps. All methods are atomic with respect to each other.
-pub trait Store: QueueStore + CacheStore + LockStore + EventBus + ResultScan {}
+/// A writer's standing with the server: how many of its results were recomputed and found
+/// equal, and whether it is quarantined.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Standing {
+    /// Results (and cache writes) of this writer verified equal so far.
+    pub verified: u64,
+    /// Set while quarantined.
+    pub quarantine: Option<Quarantine>,
+}
 
-impl<T: QueueStore + CacheStore + LockStore + EventBus + ResultScan> Store for T {}
+/// Why and since when a writer is quarantined.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Quarantine {
+    /// Since, Unix ms.
+    pub at: u64,
+    /// What was found (job or cache key, and how the vector differed).
+    pub reason: String,
+}
+
+/// Something a writer wrote, as its provenance index records it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Written {
+    /// A job's result.
+    Job(String),
+    /// A cache entry.
+    Cache(String),
+}
+
+impl Written {
+    /// `j:<id>` or `c:<key>` (how stores keep it).
+    pub fn encode(&self) -> String {
+        match self {
+            Written::Job(id) => format!("j:{id}"),
+            Written::Cache(k) => format!("c:{k}"),
+        }
+    }
+
+    /// The inverse of [`Written::encode`].
+    pub fn decode(s: &str) -> Option<Self> {
+        match s.split_at_checked(2)? {
+            ("j:", id) => Some(Written::Job(id.to_owned())),
+            ("c:", k) => Some(Written::Cache(k.to_owned())),
+            _ => None,
+        }
+    }
+}
+
+/// What result verification keeps (see `crate::integrity`): each writer's standing, the
+/// provenance index (what each writer wrote), and the two steps that undo a writer's work.
+#[async_trait]
+pub trait IntegrityStore: Send + Sync + std::fmt::Debug + 'static {
+    /// `sub`'s standing (a writer never seen has the default).
+    async fn standing(&self, sub: &str) -> Result<Standing>;
+
+    /// Adds `n` verified results to `sub`'s count; returns the new count.
+    async fn add_verified(&self, sub: &str, n: u64) -> Result<u64>;
+
+    /// Quarantines `sub`; `false` when it already was (the first reason is kept).
+    async fn quarantine(&self, sub: &str, q: Quarantine) -> Result<bool>;
+
+    /// Lifts `sub`'s quarantine and starts its probation again; `false` when it was not
+    /// quarantined.
+    async fn lift_quarantine(&self, sub: &str) -> Result<bool>;
+
+    /// Every quarantined writer (at most `limit`).
+    async fn quarantined(&self, limit: usize) -> Result<Vec<(String, Quarantine)>>;
+
+    /// Records that `sub` wrote `items`.
+    async fn note_written(&self, sub: &str, items: Vec<Written>) -> Result<()>;
+
+    /// Everything `sub` wrote (that the store still records).
+    async fn written_by(&self, sub: &str) -> Result<Vec<Written>>;
+
+    /// The text and model of each job (`None` for an unknown id), in order: what the server
+    /// recomputes a result from.
+    async fn job_inputs(&self, ids: &[String]) -> Result<Vec<Option<(String, String)>>>;
+
+    /// Puts finished jobs back in the queue (their result dropped, ready at once); returns the
+    /// ids that were done and are queued again.
+    async fn requeue_done(&self, ids: &[String], now: u64) -> Result<Vec<String>>;
+}
+
+/// Everything the server keeps. All methods are atomic with respect to each other.
+pub trait Store:
+    QueueStore + CacheStore + LockStore + EventBus + ResultScan + IntegrityStore
+{
+}
+
+impl<T: QueueStore + CacheStore + LockStore + EventBus + ResultScan + IntegrityStore> Store for T {}
 
 /// Attempts kept in a job's history (the oldest are dropped).
 pub const MAX_HISTORY: usize = 10;

@@ -122,8 +122,11 @@ pub fn tokens() -> Tokens {
     t
 }
 
-/// State over an in-memory embedded store, a fake clock and the hash embedder.
-pub fn state_with(config: Config) -> (AppState, FakeClock) {
+/// State over an in-memory embedded store, a fake clock and the hash embedder, with result
+/// recomputation off (tests of the queue send one made-up vector for every text;
+/// tests/integrity.rs covers verification).
+pub fn state_with(mut config: Config) -> (AppState, FakeClock) {
+    config.verify.enabled = false;
     let clock = FakeClock::new(1_000_000);
     let state = AppState::new(Arc::new(MemoryStore::new()), tokens(), config)
         .with_clock(Arc::new(clock.clone()))

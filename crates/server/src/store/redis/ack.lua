@@ -1,8 +1,12 @@
+-- ARGV: prefix, id, token, result JSON, retention ('' = keep), the result's model id.
+-- Reply: {'1', fence, text} done · {'2'} repeated · {'0'} stale · {'-1'} missing ·
+-- {'m', model} refused: the job is of another model (nothing changes, the lease stays).
 local id, token = ARGV[2], ARGV[3]
 local k = p..':job:'..id
-local h = redis.call('HMGET', k, 'state', 'token', 'done_token', 'fence', 'text')
+local h = redis.call('HMGET', k, 'state', 'token', 'done_token', 'fence', 'text', 'model_id')
 if not h[1] then return {'-1'} end
 if h[1] == 'leased' and h[2] == token then
+  if h[6] and h[6] ~= '' and h[6] ~= ARGV[6] then return {'m', h[6]} end
   redis.call('HSET', k, 'state', 'done', 'result', ARGV[4], 'done_token', token)
   redis.call('HDEL', k, 'token', 'expires_at', 'fence')
   redis.call('ZREM', p..':leased', id)

@@ -1,15 +1,18 @@
 -- Many acks in one script (one round trip, atomic). ARGV: prefix, retention ('' = keep), then
--- (id, token, result JSON) triples. Returns, per ack, the same reply as ack.lua, flattened as
--- `n` followed by the reply's fields: {'1', fence, text} · {'2'} · {'0'} · {'-1'}.
+-- (id, token, result JSON, result model id) quadruples. Returns, per ack, the same reply as
+-- ack.lua, flattened as `n` followed by the reply's fields: {'1', fence, text} · {'2'} · {'0'} ·
+-- {'-1'} · {'m', model}.
 local retention = ARGV[2]
 local out = {}
 local finished = {}
-for i = 3, #ARGV, 3 do
-  local id, token, result = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+for i = 3, #ARGV, 4 do
+  local id, token, result, model = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local k = p..':job:'..id
-  local h = redis.call('HMGET', k, 'state', 'token', 'done_token', 'fence', 'text')
+  local h = redis.call('HMGET', k, 'state', 'token', 'done_token', 'fence', 'text', 'model_id')
   if not h[1] then
     out[#out + 1] = '1'; out[#out + 1] = '-1'
+  elseif h[1] == 'leased' and h[2] == token and h[6] and h[6] ~= '' and h[6] ~= model then
+    out[#out + 1] = '2'; out[#out + 1] = 'm'; out[#out + 1] = h[6]
   elseif h[1] == 'leased' and h[2] == token then
     redis.call('HSET', k, 'state', 'done', 'result', result, 'done_token', token)
     redis.call('HDEL', k, 'token', 'expires_at', 'fence')

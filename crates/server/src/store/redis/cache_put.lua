@@ -1,17 +1,18 @@
 -- ARGV: prefix, key, model_id, vector, fence, expires_at, now, px, by_lock ('1': the fence must
--- be a live lock's on this key).
+-- be a live lock's on this key), by (the writer's provenance JSON, '' for none).
 local k = p..':cache:'..ARGV[2]
 local fence, exp, now, px = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8]
 if ARGV[9] == '1' then
   local l = redis.call('HMGET', p..':lock:'..ARGV[2], 'fence', 'expires_at')
   if not l[1] or tonumber(l[2]) <= now or tonumber(l[1]) ~= fence then return {'u'} end
 end
-local cur = redis.call('HMGET', k, 'model_id', 'vector', 'fence', 'expires_at')
+local cur = redis.call('HMGET', k, 'model_id', 'vector', 'fence', 'expires_at', 'by')
 local live = cur[3] and tonumber(cur[4]) > now
 if live and tonumber(cur[3]) > fence then
-  return {'0', cur[1], cur[2], cur[3], cur[4]}
+  return {'0', cur[1], cur[2], cur[3], cur[4], cur[5] or ''}
 end
 redis.call('HSET', k, 'model_id', ARGV[3], 'vector', ARGV[4], 'fence', ARGV[5], 'expires_at', exp)
+if ARGV[10] ~= '' then redis.call('HSET', k, 'by', ARGV[10]) else redis.call('HDEL', k, 'by') end
 redis.call('PEXPIRE', k, px)
 if live then return {'1', '1'} end
 return {'1', '0'}

@@ -52,6 +52,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 
+mod integrity;
 mod scan;
 
 /// Redis keeps a cache entry or lock this long past its logical expiry before deleting it.
@@ -79,6 +80,8 @@ const REDRIVE: &str = include_str!("redrive.lua");
 
 const CACHE_PUT: &str = include_str!("cache_put.lua");
 
+const REQUEUE_DONE: &str = include_str!("requeue_done.lua");
+
 const LOCK_ACQUIRE: &str = include_str!("lock_acquire.lua");
 
 const LOCK_RENEW: &str = include_str!("lock_renew.lua");
@@ -98,6 +101,7 @@ struct Scripts {
     release: Script,
     redrive: Script,
     cache_put: Script,
+    requeue_done: Script,
     lock_acquire: Script,
     lock_renew: Script,
     lock_release: Script,
@@ -123,6 +127,7 @@ impl Scripts {
             release: s(RELEASE),
             redrive: s(REDRIVE),
             cache_put: s(CACHE_PUT),
+            requeue_done: s(REQUEUE_DONE),
             lock_acquire: s(LOCK_ACQUIRE),
             lock_renew: s(LOCK_RENEW),
             lock_release: s(LOCK_RELEASE),
@@ -427,26 +432,24 @@ impl QueueStore for RedisStore {
     }
 
     async fn ack(&self, id: &str, token: &str, result: JobResult, _now: u64) -> Result<AckOutcome> {
+        let model = result.model_id.clone();
         let result = serde_json::to_string(&result)
             .map_err(|e| Error::Store(format!("encode result: {e}")))?;
         let out: Vec<String> = self
             .invoke(&self.scripts.ack, |i| {
-                i.arg(id).arg(token).arg(result).arg(
-                    self.done_retention_ms
-                        .map(|ms| ms.to_string())
-                        .unwrap_or_default(),
-                );
+                i.arg(id)
+                    .arg(token)
+                    .arg(result)
+                    .arg(
+                        self.done_retention_ms
+                            .map(|ms| ms.to_string())
+                            .unwrap_or_default(),
+                    )
+                    .arg(&model);
             })
             .await?;
-        Ok(match out.first().map(String::as_str) {
-            Some("1") if out.len() == 3 => AckOutcome::Done {
-                fence: parse(&out[1], "fence")?,
-                text_hash: ternflow_core::keys::text_hash(&out[2]),
-            },
-            Some("2") => AckOutcome::Repeated,
-            Some("-1") => AckOutcome::Missing,
-            _ => AckOutcome::Stale,
-        })
+        let fields: Vec<&String> = out.iter().collect();
+        ack_outcome(&fields)
     }
 
     async fn ack_many(&self, acks: Vec<AckInput>, _now: u64) -> Result<Vec<AckOutcome>> {
@@ -468,7 +471,7 @@ impl QueueStore for RedisStore {
                         .unwrap_or_default(),
                 );
                 for (a, r) in acks.iter().zip(&results) {
-                    i.arg(&a.id).arg(&a.token).arg(r);
+                    i.arg(&a.id).arg(&a.token).arg(r).arg(&a.result.model_id);
                 }
             })
             .await?;
@@ -477,15 +480,7 @@ impl QueueStore for RedisStore {
         while let Some(n) = rest.next() {
             let n: usize = parse(n, "reply length")?;
             let fields: Vec<&String> = rest.by_ref().take(n).collect();
-            outcomes.push(match fields.first().map(|s| s.as_str()) {
-                Some("1") if fields.len() == 3 => AckOutcome::Done {
-                    fence: parse(fields[1], "fence")?,
-                    text_hash: ternflow_core::keys::text_hash(fields[2]),
-                },
-                Some("2") => AckOutcome::Repeated,
-                Some("-1") => AckOutcome::Missing,
-                _ => AckOutcome::Stale,
-            });
+            outcomes.push(ack_outcome(&fields)?);
         }
         if outcomes.len() != acks.len() {
             return Err(Error::Store("redis: bad ack_many reply".to_owned()));
@@ -628,13 +623,35 @@ impl QueueStore for RedisStore {
     }
 }
 
+/// An ack script's reply (see `ack.lua`).
+fn ack_outcome(fields: &[&String]) -> Result<AckOutcome> {
+    Ok(match fields.first().map(|s| s.as_str()) {
+        Some("1") if fields.len() == 3 => AckOutcome::Done {
+            fence: parse(fields[1], "fence")?,
+            text_hash: ternflow_core::keys::text_hash(fields[2]),
+        },
+        Some("m") if fields.len() == 2 => AckOutcome::WrongModel {
+            expected: fields[1].clone(),
+        },
+        Some("2") => AckOutcome::Repeated,
+        Some("-1") => AckOutcome::Missing,
+        _ => AckOutcome::Stale,
+    })
+}
+
+/// A writer's provenance as a cache hash keeps it (`by`, JSON; absent or `""` for none).
+fn provenance(by: Option<&str>) -> Option<ternflow_core::protocol::Provenance> {
+    by.filter(|b| !b.is_empty())
+        .and_then(|b| serde_json::from_str(b).ok())
+}
+
 /// The fields of a cache entry's hash, in the order [`cache_entry`] reads them.
-const CACHE_FIELDS: [&str; 4] = ["model_id", "vector", "fence", "expires_at"];
+const CACHE_FIELDS: [&str; 5] = ["model_id", "vector", "fence", "expires_at", "by"];
 
 /// A cache entry from its hash's [`CACHE_FIELDS`]; `None` when absent or expired.
 fn cache_entry(h: Vec<Option<String>>, now: u64) -> Result<Option<CacheEntry>> {
-    let [Some(model_id), Some(vector), Some(fence), Some(exp)] =
-        <[Option<String>; 4]>::try_from(h).unwrap_or_default()
+    let [Some(model_id), Some(vector), Some(fence), Some(exp), by] =
+        <[Option<String>; 5]>::try_from(h).unwrap_or_default()
     else {
         return Ok(None);
     };
@@ -650,6 +667,7 @@ fn cache_entry(h: Vec<Option<String>>, now: u64) -> Result<Option<CacheEntry>> {
         ),
         fence: parse(&fence, "fence")?,
         expires_at,
+        by: provenance(by.as_deref()),
     }))
 }
 
@@ -690,6 +708,13 @@ impl CacheStore for RedisStore {
         now: u64,
     ) -> Result<PutOutcome> {
         let px = entry.expires_at.saturating_sub(now) + GC_SLACK_MS;
+        let writer = entry
+            .by
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| Error::Store(format!("encode provenance: {e}")))?
+            .unwrap_or_default();
         let out: Vec<String> = self
             .invoke(&self.scripts.cache_put, |i| {
                 i.arg(key)
@@ -699,7 +724,8 @@ impl CacheStore for RedisStore {
                     .arg(entry.expires_at)
                     .arg(now)
                     .arg(px)
-                    .arg(if by == Fenced::ByLock { "1" } else { "0" });
+                    .arg(if by == Fenced::ByLock { "1" } else { "0" })
+                    .arg(&writer);
             })
             .await?;
         if out.first().map(String::as_str) == Some("u") {
@@ -710,7 +736,7 @@ impl CacheStore for RedisStore {
                 replaced: out.get(1).map(String::as_str) == Some("1"),
             });
         }
-        if out.len() != 5 {
+        if out.len() != 6 {
             return Err(Error::Store("redis: bad cache_put reply".to_owned()));
         }
         Ok(PutOutcome::Stale(CacheEntry {
@@ -721,6 +747,7 @@ impl CacheStore for RedisStore {
             ),
             fence: parse(&out[3], "fence")?,
             expires_at: parse(&out[4], "expiry")?,
+            by: provenance(Some(&out[5])),
         }))
     }
 

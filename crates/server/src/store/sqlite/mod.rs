@@ -47,7 +47,22 @@ mod writer;
 
 use writer::{Counters, Op, ReadOp, Reply};
 
+mod integrity;
+
 const SCHEMA: &str = include_str!("schema.sql");
+
+/// Columns added after a database was first made (`ALTER TABLE … ADD COLUMN`, once).
+fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    let has_by: bool = conn.query_row(
+        "SELECT COUNT(*) FROM pragma_table_info('cache') WHERE name = 'by_json'",
+        [],
+        |r| r.get::<_, i64>(0).map(|n| n > 0),
+    )?;
+    if !has_by {
+        conn.execute_batch("ALTER TABLE cache ADD COLUMN by_json TEXT")?;
+    }
+    Ok(())
+}
 /// Rows moved per claim by the delayed → ready and lease-expiry passes.
 const PASS_LIMIT: i64 = 1_000;
 /// `done_retention_ms` value meaning "keep finished jobs forever".
@@ -118,6 +133,7 @@ impl SqliteStore {
         ))
         .map_err(db_err)?;
         conn.execute_batch(SCHEMA).map_err(db_err)?;
+        migrate(&conn).map_err(db_err)?;
         // A file that is not a database, or a damaged one, fails here rather than mid-request.
         let check: String = conn
             .query_row("PRAGMA quick_check", [], |r| r.get(0))
@@ -410,14 +426,17 @@ fn ack_one(
     result: &JobResult,
     now: u64,
 ) -> Result<AckOutcome> {
-    let row: Option<(String, Option<String>, Option<i64>, String)> = conn
-        .prepare_cached("SELECT state, token, fence, text FROM jobs WHERE id = ?1")
+    type Row = (String, Option<String>, Option<i64>, String, String);
+    let row: Option<Row> = conn
+        .prepare_cached("SELECT state, token, fence, text, model_id FROM jobs WHERE id = ?1")
         .and_then(|mut st| {
-            st.query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-                .optional()
+            st.query_row([id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .optional()
         })
         .map_err(db_err)?;
-    let Some((state, held, fence, text)) = row else {
+    let Some((state, held, fence, text, model_id)) = row else {
         return Ok(AckOutcome::Missing);
     };
     let holds = held.as_deref() == Some(token);
@@ -425,6 +444,9 @@ fn ack_one(
         "leased" if holds => {}
         "done" if holds => return Ok(AckOutcome::Repeated),
         _ => return Ok(AckOutcome::Stale),
+    }
+    if !model_id.is_empty() && model_id != result.model_id {
+        return Ok(AckOutcome::WrongModel { expected: model_id });
     }
     let result = serde_json::to_string(result).map_err(json_err)?;
     conn.prepare_cached(
@@ -803,24 +825,26 @@ impl QueueStore for SqliteStore {
 }
 
 fn live_entry(conn: &Connection, key: &str, now: u64) -> Result<Option<CacheEntry>> {
-    let row: Option<(String, Vec<u8>, i64, i64)> = conn
+    type Row = (String, Vec<u8>, i64, i64, Option<String>);
+    let row: Option<Row> = conn
         .prepare_cached(
-            "SELECT model_id, vector, fence, expires_at FROM cache \
+            "SELECT model_id, vector, fence, expires_at, by_json FROM cache \
              WHERE key = ?1 AND expires_at > ?2",
         )
         .and_then(|mut st| {
             st.query_row(params![key, now as i64], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
             })
             .optional()
         })
         .map_err(db_err)?;
-    row.map(|(model_id, v, fence, exp)| {
+    row.map(|(model_id, v, fence, exp, by)| {
         Ok(CacheEntry {
             model_id,
             vector: Vector(decode_vec(&v)?),
             fence: fence as u64,
             expires_at: exp as u64,
+            by: by.as_deref().and_then(|b| serde_json::from_str(b).ok()),
         })
     })
     .transpose()
@@ -848,8 +872,15 @@ impl CacheStore for SqliteStore {
         now: u64,
     ) -> Result<PutOutcome> {
         let key = key.to_owned();
+        let fenced = by;
+        let by = entry
+            .by
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(json_err)?;
         self.run(move |conn, _| {
-            if by == Fenced::ByLock {
+            if fenced == Fenced::ByLock {
                 let lock: Option<i64> = conn
                     .prepare_cached("SELECT fence FROM locks WHERE key = ?1 AND expires_at > ?2")
                     .and_then(|mut st| {
@@ -868,10 +899,11 @@ impl CacheStore for SqliteStore {
                 }
             }
             conn.prepare_cached(
-                "INSERT INTO cache (key, model_id, vector, fence, expires_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT(key) DO UPDATE SET \
+                "INSERT INTO cache (key, model_id, vector, fence, expires_at, by_json) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(key) DO UPDATE SET \
                  model_id = excluded.model_id, vector = excluded.vector, \
-                 fence = excluded.fence, expires_at = excluded.expires_at",
+                 fence = excluded.fence, expires_at = excluded.expires_at, \
+                 by_json = excluded.by_json",
             )
             .and_then(|mut st| {
                 st.execute(params![
@@ -879,7 +911,8 @@ impl CacheStore for SqliteStore {
                     entry.model_id,
                     encode_vec(&entry.vector.0),
                     entry.fence as i64,
-                    entry.expires_at as i64
+                    entry.expires_at as i64,
+                    by
                 ])
             })
             .map_err(db_err)?;

@@ -59,3 +59,18 @@ CREATE TABLE IF NOT EXISTS locks (
   expires_at INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS locks_expiry ON locks (expires_at);
+
+-- Result verification (crate::integrity): each writer's standing, and what it wrote (the
+-- provenance index that undoes a liar's work). A cache entry's writer is in cache.by_json
+-- (added by a migration on open for databases made before it).
+CREATE TABLE IF NOT EXISTS standing (
+  sub        TEXT PRIMARY KEY,
+  verified   INTEGER NOT NULL DEFAULT 0,
+  q_at       INTEGER,
+  q_reason   TEXT
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS written (
+  sub  TEXT NOT NULL,
+  item TEXT NOT NULL,
+  PRIMARY KEY (sub, item)
+) WITHOUT ROWID;

@@ -1,0 +1,350 @@
+//! Finishing jobs: the one path every result takes into the store, whether a worker acks it
+//! (alone or in a batch: a single ack is a batch of one) or the claim resolves it from the
+//! remote cache. The checks, the provenance and the verification of `crate::integrity` happen
+//! here, once.
+
+use std::collections::HashMap;
+
+use ternflow_core::protocol::{
+    AckCacheWrite, AckItem, AckItemOutcome, AckItemResult, ClaimedJob, ErrorDetail, JobResult,
+    ResultSource,
+};
+
+use super::{publish_finished, valid_id};
+use crate::cache;
+use crate::error::{Error, Result};
+use crate::integrity::shape::check_vector;
+use crate::integrity::verifier::{self, Item};
+use crate::integrity::Writer;
+use crate::state::AppState;
+use crate::store::{AckInput, AckOutcome, Fenced, Written};
+
+/// What every ack must look like before the store sees it.
+fn check_ack(state: &AppState, item: &AckItem) -> Result<()> {
+    valid_id(&item.id)?;
+    let r = &item.ack.result;
+    if r.model_id.is_empty() {
+        return Err(Error::bad_request(
+            "bad_model",
+            "the result needs the model_id that produced it",
+        ));
+    }
+    if let Some(c) = &item.ack.cache {
+        valid_id(&c.key)?;
+    }
+    check_vector(verifier::model_dim(state, &r.model_id), &r.vector.0)
+}
+
+fn refused(id: String, e: &Error) -> AckItemResult {
+    AckItemResult {
+        id,
+        outcome: AckItemOutcome::Refused,
+        error: Some(ErrorDetail {
+            code: e.code().to_owned(),
+            message: e.to_string(),
+        }),
+    }
+}
+
+fn model_mismatch(expected: &str, got: &str) -> Error {
+    Error::bad_request(
+        "model_mismatch",
+        format!("the job is of model {expected}; the result names {got}"),
+    )
+}
+
+/// Finishes `acks` of `writer`, each answered on its own in order: shape checks, then (on
+/// probation) recomputation before anything is stored, the store's ack (which refuses a result
+/// of another model than the job's), the cache write-through, the provenance index, and (after
+/// probation) a sampled check off the request's path.
+///
+/// # Errors
+/// 403 `quarantined` when a result does not verify (nothing of the batch is stored); the
+/// store's and the engine's errors (the worker sends the batch again).
+pub async fn finish(
+    state: &AppState,
+    writer: &Writer,
+    acks: Vec<AckItem>,
+) -> Result<Vec<AckItemResult>> {
+    let now = state.now();
+    let mut results: Vec<Option<AckItemResult>> = vec![None; acks.len()];
+    let mut items: Vec<(usize, AckItem)> = Vec::with_capacity(acks.len());
+    for (i, item) in acks.into_iter().enumerate() {
+        match check_ack(state, &item) {
+            Ok(()) => items.push((i, item)),
+            Err(e) => {
+                state.metrics.add(|c| &c.results_refused, 1);
+                results[i] = Some(refused(item.id, &e));
+            }
+        }
+    }
+
+    let probation = verifier::on_probation(state, writer).await?;
+    let mut verified = vec![false; items.len()];
+    if probation && !items.is_empty() {
+        let ids: Vec<String> = items.iter().map(|(_, a)| a.id.clone()).collect();
+        let inputs = state.store.job_inputs(&ids).await?;
+        let mut check = Vec::new();
+        let mut keep = Vec::with_capacity(items.len());
+        for ((i, item), input) in items.into_iter().zip(inputs) {
+            let model = &item.ack.result.model_id;
+            match input {
+                Some((_, job_model)) if !job_model.is_empty() && &job_model != model => {
+                    state.metrics.add(|c| &c.results_refused, 1);
+                    results[i] = Some(refused(item.id, &model_mismatch(&job_model, model)));
+                    continue;
+                }
+                Some((text, _)) if verifier::can_verify(state, model) => {
+                    check.push((keep.len(), text));
+                }
+                Some(_) => state.metrics.add(|c| &c.results_unverifiable, 1),
+                None => {}
+            }
+            keep.push((i, item));
+        }
+        items = keep;
+        verified = vec![false; items.len()];
+        if !check.is_empty() {
+            let to_check: Vec<Item> = check
+                .iter()
+                .map(|(k, text)| Item {
+                    written: Written::Job(items[*k].1.id.clone()),
+                    text: text.clone(),
+                    vector: items[*k].1.ack.result.vector.0.clone(),
+                })
+                .collect();
+            let diffs = verifier::recompute(state, &to_check).await?;
+            if let Some((item, d)) = to_check
+                .iter()
+                .zip(&diffs)
+                .find_map(|(i, d)| d.as_ref().map(|d| (i, d)))
+            {
+                let reason = format!("{} (on probation): {d}", item.written.encode());
+                verifier::condemn(state, &writer.sub, reason).await;
+                return Err(Error::Quarantined(format!(
+                    "a result did not match the server's own embedding ({d}); this worker \
+                     identity is quarantined"
+                )));
+            }
+            for (k, _) in &check {
+                verified[*k] = true;
+            }
+            verifier::credit(state, writer, check.len() as u64).await;
+        }
+    }
+
+    // Into the store, each result carrying its provenance.
+    let inputs: Vec<AckInput> = items
+        .iter()
+        .zip(&verified)
+        .map(|((_, item), &v)| AckInput {
+            id: item.id.clone(),
+            token: item.ack.token.clone(),
+            result: JobResult {
+                by: Some(writer.provenance(now, v)),
+                ..item.ack.result.clone()
+            },
+        })
+        .collect();
+    let outcomes = state.store.ack_many(inputs, now).await?;
+    let mut writes = Vec::new();
+    let mut written = Vec::new();
+    let mut sample = Vec::new();
+    let mut done_ids = Vec::new();
+    for (((i, item), outcome), v) in items.into_iter().zip(outcomes).zip(verified) {
+        let outcome = match outcome {
+            AckOutcome::Done { fence, text_hash } => {
+                let result = item.ack.result;
+                state.metrics.job_acked(&item.id, result.source, now);
+                done_ids.push(item.id.clone());
+                written.push(Written::Job(item.id.clone()));
+                if !probation
+                    && verifier::can_verify(state, &result.model_id)
+                    && verifier::sampled(state)
+                {
+                    sample.push(item.id.clone());
+                }
+                if let Some(c) = item.ack.cache {
+                    if write_key_ok(state, &item.id, &c, &result.model_id, &text_hash) {
+                        written.push(Written::Cache(c.key.clone()));
+                        writes.push(write_through(state, writer, c, result, fence, v));
+                    }
+                }
+                AckItemOutcome::Done
+            }
+            AckOutcome::Repeated => AckItemOutcome::Repeated,
+            AckOutcome::Stale => {
+                state.metrics.add(|c| &c.leases_lost, 1);
+                AckItemOutcome::LeaseLost
+            }
+            AckOutcome::Missing => AckItemOutcome::Missing,
+            AckOutcome::WrongModel { expected } => {
+                state.metrics.add(|c| &c.results_refused, 1);
+                let e = model_mismatch(&expected, &item.ack.result.model_id);
+                results[i] = Some(refused(item.id, &e));
+                continue;
+            }
+        };
+        results[i] = Some(AckItemResult {
+            id: item.id,
+            outcome,
+            error: None,
+        });
+    }
+    // Concurrent, so the store commits them together.
+    futures_util::future::join_all(writes).await;
+    if let Err(e) = state.store.note_written(&writer.sub, written).await {
+        tracing::warn!(error = %e, "recording provenance");
+    }
+    let done = done_ids.len() as u64;
+    if done > 0 {
+        tracing::debug!(done, sub = %writer.sub, "acked");
+    }
+    publish_finished(state, done_ids, Vec::new()).await;
+    state.metrics.add(|c| &c.jobs_acked, done);
+    state.metrics.record_acks(now, done);
+    if !sample.is_empty() {
+        sample_later(state, writer, sample).await;
+    }
+    Ok(results.into_iter().flatten().collect())
+}
+
+/// Reads the sampled jobs' texts and results, and checks them off the request's path.
+async fn sample_later(state: &AppState, writer: &Writer, ids: Vec<String>) {
+    let inputs = match state.store.job_inputs(&ids).await {
+        Ok(i) => i,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading sampled jobs");
+            return;
+        }
+    };
+    let mut items = Vec::new();
+    for (id, input) in ids.into_iter().zip(inputs) {
+        let Some((text, _)) = input else { continue };
+        if let Ok(Some(s)) = state.store.status(&id).await {
+            if let ternflow_core::protocol::JobState::Done { result } = s.state {
+                items.push(Item {
+                    written: Written::Job(id),
+                    text,
+                    vector: result.vector.0,
+                });
+            }
+        }
+    }
+    verifier::check_later(state, writer, items);
+}
+
+/// Whether an ack's cache write is for this job's own key (`model:texthash`); counted and
+/// logged when not.
+fn write_key_ok(
+    state: &AppState,
+    id: &str,
+    c: &AckCacheWrite,
+    model: &str,
+    text_hash: &str,
+) -> bool {
+    let expected = format!("{model}:{text_hash}");
+    if c.key == expected {
+        return true;
+    }
+    state.metrics.add(|c| &c.cache_unfenced_puts, 1);
+    tracing::warn!(job = %id, key = %c.key, %expected, "ack write-through for another key refused");
+    false
+}
+
+/// The cache write an ack carries. The job is done whatever happens here: a write that is
+/// refused (a newer fence) or fails is counted and logged, never reported as a failed ack. The
+/// fence is the lease's, from the store, not the request's.
+async fn write_through(
+    state: &AppState,
+    writer: &Writer,
+    c: AckCacheWrite,
+    result: JobResult,
+    fence: u64,
+    verified: bool,
+) {
+    let by = writer.provenance(state.now(), verified);
+    if let Err(e) = cache::store_entry(
+        state,
+        &c.key,
+        result.model_id,
+        result.vector,
+        fence,
+        Fenced::ByLease,
+        c.ttl_ms,
+        by,
+    )
+    .await
+    {
+        tracing::warn!(key = %c.key, error = %e, "ack write-through to the cache failed");
+    }
+}
+
+/// Finishes, under their new leases, the claimed jobs whose text the cache already holds for
+/// their model (result source `remote`), and flags them `resolved`: the worker then only warms
+/// its local cache and sends no ack, so a cache hit costs no ack request and its vector crosses
+/// the network once. The result keeps the cache entry's provenance, and joins its writer's
+/// index, so a writer found lying later takes these results back too. Best effort: on a store
+/// error the jobs stay leased and the worker acks them as before.
+pub async fn resolve_cached(state: &AppState, jobs: &mut [ClaimedJob], now: u64) {
+    let (hits, inputs): (Vec<usize>, Vec<AckInput>) = jobs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, j)| {
+            let e = j.cached.as_ref()?;
+            (e.model_id == j.model_id && !e.vector.0.is_empty()).then(|| {
+                let input = AckInput {
+                    id: j.id.clone(),
+                    token: j.lease.token.clone(),
+                    result: JobResult {
+                        model_id: e.model_id.clone(),
+                        vector: e.vector.clone(),
+                        source: ResultSource::Remote,
+                        by: e.by.clone(),
+                    },
+                };
+                (i, input)
+            })
+        })
+        .unzip();
+    if hits.is_empty() {
+        return;
+    }
+    let writers: Vec<Option<String>> = inputs
+        .iter()
+        .map(|a| a.result.by.as_ref().map(|b| b.sub.clone()))
+        .collect();
+    let outcomes = match state.store.ack_many(inputs, now).await {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::warn!(error = %e, "resolving cached jobs at claim");
+            return;
+        }
+    };
+    let mut done_ids = Vec::new();
+    let mut by_writer: HashMap<String, Vec<Written>> = HashMap::new();
+    for ((&i, outcome), w) in hits.iter().zip(outcomes).zip(writers) {
+        if let AckOutcome::Done { .. } = outcome {
+            let j = &mut jobs[i];
+            j.resolved = true;
+            state.metrics.job_acked(&j.id, ResultSource::Remote, now);
+            done_ids.push(j.id.clone());
+            if let Some(sub) = w {
+                by_writer
+                    .entry(sub)
+                    .or_default()
+                    .push(Written::Job(j.id.clone()));
+            }
+        }
+    }
+    for (sub, items) in by_writer {
+        if let Err(e) = state.store.note_written(&sub, items).await {
+            tracing::warn!(error = %e, "recording provenance of resolved jobs");
+        }
+    }
+    let done = done_ids.len() as u64;
+    state.metrics.add(|c| &c.jobs_acked, done);
+    state.metrics.add(|c| &c.jobs_resolved_at_claim, done);
+    state.metrics.record_acks(now, done);
+    publish_finished(state, done_ids, Vec::new()).await;
+}

@@ -1,0 +1,75 @@
+//! `GET /v1/quarantine`, `DELETE /v1/quarantine/{sub}` (admin): quarantined worker identities,
+//! and lifting one; and the gate that refuses a quarantined identity's worker requests.
+
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::Response;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::extract::{Json, Path};
+use crate::integrity::verifier;
+use crate::limits::Caller;
+use crate::state::AppState;
+use crate::tenants::Ctx;
+
+/// Most quarantined identities listed.
+const MAX_LISTED: usize = 1_000;
+
+/// One quarantined identity.
+#[derive(Debug, Serialize)]
+pub(crate) struct Quarantined {
+    sub: String,
+    since: u64,
+    reason: String,
+}
+
+/// `GET /v1/quarantine` response.
+#[derive(Debug, Serialize)]
+pub(crate) struct QuarantineList {
+    quarantined: Vec<Quarantined>,
+}
+
+pub(crate) async fn list(Ctx(state): Ctx) -> Result<Json<QuarantineList>> {
+    let q = state.store.quarantined(MAX_LISTED).await?;
+    Ok(Json(QuarantineList {
+        quarantined: q
+            .into_iter()
+            .map(|(sub, q)| Quarantined {
+                sub,
+                since: q.at,
+                reason: q.reason,
+            })
+            .collect(),
+    }))
+}
+
+pub(crate) async fn lift(Ctx(state): Ctx, Path(sub): Path<String>) -> Result<StatusCode> {
+    if sub.is_empty() || sub.len() > 200 {
+        return Err(Error::bad_request("bad_id", "a sub is 1–200 bytes"));
+    }
+    if verifier::lift(&state, &sub).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(Error::NotFound(format!("{sub} is not quarantined")))
+    }
+}
+
+/// Middleware on the worker routes (after the auth gate): 403 `quarantined` for a quarantined
+/// identity.
+pub(crate) async fn gate(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> std::result::Result<Response, Error> {
+    if let Some(c) = req.extensions().get::<Caller>() {
+        let t = state.tenants.get(&c.tenant).await?;
+        let mut s = state.clone();
+        s.store = t.store;
+        s.hub = t.hub;
+        s.tenant = c.tenant.clone();
+        verifier::admit(&s, &c.sub).await?;
+    }
+    Ok(next.run(req).await)
+}

@@ -1,0 +1,516 @@
+//! Result verification end to end through the router (`crate::integrity`): shape checks, a liar
+//! caught on probation, a patient liar caught by sampling at the rate the docs claim, quarantine
+//! undoing everything the liar wrote, provenance for admins only, checked cache writes, and an
+//! honest worker on every engine kernel never flagged.
+
+mod common;
+
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use common::{tokens, Api, ADMIN, PRODUCER, WORKER, WORKER_B64};
+use serde_json::{json, Value};
+use ternflow_core::keys::cache_key;
+use ternflow_core::protocol::{
+    AckBatchRequest, AckCacheWrite, AckItem, AckRequest, CachePut, JobResult, ResultSource,
+    ServerEvent, Vector,
+};
+use ternflow_server::integrity::Policy;
+use ternflow_server::{AppState, Config, Embedder, FakeClock, HashEmbedder, MemoryStore};
+
+fn hash() -> HashEmbedder {
+    HashEmbedder::default()
+}
+
+fn model() -> String {
+    hash().model_id()
+}
+
+fn embed(text: &str) -> Vec<f32> {
+    hash().embed_batch(&[text.to_owned()]).unwrap().remove(0)
+}
+
+fn setup(policy: Policy) -> (AppState, Api) {
+    let cfg = Config {
+        verify: policy,
+        ..Config::default()
+    };
+    let state = AppState::new(Arc::new(MemoryStore::new()), tokens(), cfg)
+        .with_clock(Arc::new(FakeClock::new(1_000_000)))
+        .with_embedder(Arc::new(hash()));
+    let api = Api(ternflow_server::app(state.clone()));
+    (state, api)
+}
+
+fn policy(probation: u64, sample: f64) -> Policy {
+    Policy {
+        probation,
+        sample,
+        ..Policy::default()
+    }
+}
+
+/// Enqueues `texts` under the server's model; their job ids.
+async fn enqueue(api: &Api, texts: &[String]) -> Vec<String> {
+    let jobs: Vec<Value> = texts.iter().map(|t| json!({ "text": t })).collect();
+    let r = api.enqueue(json!({ "jobs": jobs })).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    r.json["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn claim_as(api: &Api, token: &str, max: u32) -> Vec<Value> {
+    let r = api
+        .post(
+            Some(token),
+            "/v1/jobs/claim",
+            json!({"worker": "w1", "max": max}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "claim: {}", r.text);
+    r.json["jobs"].as_array().cloned().unwrap_or_default()
+}
+
+fn ack_body(job: &Value, vector: Vec<f32>, model: &str, cache: bool) -> AckRequest {
+    let text = job["text"].as_str().unwrap();
+    AckRequest {
+        token: job["lease"]["token"].as_str().unwrap().to_owned(),
+        worker: Some("w1".into()),
+        result: JobResult {
+            model_id: model.to_owned(),
+            vector: Vector(vector),
+            source: ResultSource::Engine,
+            by: None,
+        },
+        cache: cache.then(|| AckCacheWrite {
+            key: cache_key(model, text),
+            fence: job["lease"]["fence"].as_u64().unwrap(),
+            ttl_ms: None,
+        }),
+    }
+}
+
+async fn ack(api: &Api, token: &str, job: &Value, body: &AckRequest) -> common::Resp {
+    let id = job["id"].as_str().unwrap();
+    api.post(
+        Some(token),
+        &format!("/v1/jobs/{id}/ack"),
+        serde_json::to_value(body).unwrap(),
+    )
+    .await
+}
+
+fn texts(tag: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{tag} text number {i}")).collect()
+}
+
+fn state_of(api_status: &common::Resp) -> String {
+    api_status.json["state"].as_str().unwrap_or("").to_owned()
+}
+
+#[tokio::test]
+async fn shape_checks_refuse_and_the_job_stays_leased() {
+    let (_, api) = setup(Policy::default());
+    enqueue(&api, &texts("shape", 1)).await;
+    let job = claim_as(&api, WORKER, 1).await.remove(0);
+    let text = job["text"].as_str().unwrap().to_owned();
+    let m = model();
+    let cases: Vec<(Vec<f32>, &str, &str)> = vec![
+        (vec![0.6, 0.8, 0.0], &m, "bad_result"), // 3 components for an 8-dim model
+        (vec![1e30; 8], &m, "bad_result"),       // finite but not a unit vector
+        (embed(&text), "feedfacefeedface", "model_mismatch"), // another model than the job's
+    ];
+    for (v, model_id, code) in cases {
+        let r = ack(&api, WORKER, &job, &ack_body(&job, v, model_id, true)).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+        assert_eq!(r.json["error"]["code"], code, "{}", r.text);
+    }
+    let mut nan = ack_body(&job, embed(&text), &m, false);
+    nan.result.vector.0[0] = f32::NAN;
+    let r = ack(&api, WORKER, &job, &nan).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "not finite: {}", r.text);
+    let big = ack_body(&job, vec![0.001; 350_000], "feedfacefeedface", false);
+    let r = ack(&api, WORKER, &job, &big).await;
+    assert!(r.status.is_client_error(), "{}", r.text);
+    // Nothing was written, and the lease still holds for an honest retry.
+    let r = api
+        .get(Some(WORKER), &format!("/v1/cache/{}", cache_key(&m, &text)))
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = ack(&api, WORKER, &job, &ack_body(&job, embed(&text), &m, true)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["first"], true);
+}
+
+#[tokio::test]
+async fn a_liar_on_probation_is_caught_on_its_first_result_and_nothing_is_served() {
+    let (state, api) = setup(Policy::default());
+    let ids = enqueue(&api, &texts("probation", 2)).await;
+    let jobs = claim_as(&api, WORKER, 2).await;
+    // Another text's true vector: unit norm, right dimension, finite.
+    let other = embed("a different text altogether");
+    let r = ack(
+        &api,
+        WORKER,
+        &jobs[0],
+        &ack_body(&jobs[0], other, &model(), true),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+    assert_eq!(r.json["error"]["code"], "quarantined");
+    // Nothing of it is visible: the job is not done, the cache holds nothing.
+    let st = api.status(&ids[0]).await;
+    assert_ne!(state_of(&st), "done", "{}", st.text);
+    let key = cache_key(&model(), jobs[0]["text"].as_str().unwrap());
+    let r = api.get(Some(WORKER_B64), &format!("/v1/cache/{key}")).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    // Every further request of that identity is refused: claims, acks, heartbeats, PUTs.
+    let honest = ack_body(
+        &jobs[1],
+        embed(jobs[1]["text"].as_str().unwrap()),
+        &model(),
+        true,
+    );
+    let refused = [
+        api.post(
+            Some(WORKER),
+            "/v1/jobs/claim",
+            json!({"worker": "w1", "max": 1}),
+        )
+        .await,
+        ack(&api, WORKER, &jobs[1], &honest).await,
+        api.post(
+            Some(WORKER),
+            &format!("/v1/jobs/{}/heartbeat", ids[1]),
+            json!({"token": jobs[1]["lease"]["token"]}),
+        )
+        .await,
+        api.put(Some(WORKER), &format!("/v1/cache/{key}"), json!({}))
+            .await,
+    ];
+    for r in refused {
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+        assert_eq!(r.json["error"]["code"], "quarantined");
+    }
+    // Another identity works on; the admin sees the quarantine, with its reason, and lifts it.
+    assert_eq!(
+        claim_as(&api, WORKER_B64, 1).await.len(),
+        0,
+        "both jobs still leased"
+    );
+    let r = api.get(Some(ADMIN), "/v1/quarantine").await;
+    assert_eq!(r.status, StatusCode::OK);
+    let q = &r.json["quarantined"][0];
+    assert!(
+        q["sub"].as_str().unwrap().starts_with("static:"),
+        "{}",
+        r.text
+    );
+    assert!(
+        q["reason"].as_str().unwrap().contains(&ids[0]),
+        "{}",
+        r.text
+    );
+    let alerts = state.metrics().counter_value("quarantines");
+    assert_eq!(alerts, 1);
+    let sub = q["sub"].as_str().unwrap().to_owned();
+    assert_eq!(
+        api.delete(Some(WORKER), &format!("/v1/quarantine/{sub}"))
+            .await
+            .status,
+        StatusCode::FORBIDDEN,
+        "workers cannot lift"
+    );
+    let r = api
+        .delete(Some(ADMIN), &format!("/v1/quarantine/{sub}"))
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    let r = ack(&api, WORKER, &jobs[1], &honest).await;
+    assert_eq!(r.status, StatusCode::OK, "lifted: {}", r.text);
+}
+
+/// A patient liar: honest for its whole probation, then lying on every result. Each lie is
+/// sampled with probability p, so the lies it gets in before it is caught follow a geometric
+/// law with mean 1/p (docs/security.md). Measured over many runs, each on a fresh server with
+/// the virtual clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_liar_after_probation_is_caught_with_the_sampling_probability() {
+    const K: usize = 3;
+    for (p, runs) in [(0.25, 200usize), (0.05, 100)] {
+        let mut lies_until_caught = Vec::with_capacity(runs);
+        for run in 0..runs {
+            let (state, api) = setup(policy(K as u64, p));
+            let all = texts(&format!("patient {run}"), K + 400);
+            enqueue(&api, &all).await;
+            let mut lies = 0;
+            for i in 0..all.len() {
+                let jobs = claim_as(&api, WORKER, 1).await;
+                let Some(job) = jobs.first() else {
+                    panic!("run {run}: no job to claim at {i}")
+                };
+                let text = job["text"].as_str().unwrap();
+                let v = if i < K {
+                    embed(text)
+                } else {
+                    embed("the same lie every time")
+                };
+                let r = ack(&api, WORKER, job, &ack_body(job, v, &model(), true)).await;
+                if r.status == StatusCode::FORBIDDEN {
+                    assert!(i >= K, "run {run}: refused on probation at {i}: {}", r.text);
+                    break;
+                }
+                assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+                if i >= K {
+                    lies += 1;
+                }
+                state.verifier().settle().await;
+                let st = api
+                    .post(
+                        Some(WORKER),
+                        "/v1/jobs/claim",
+                        json!({"worker": "w1", "max": 1}),
+                    )
+                    .await;
+                if st.status == StatusCode::FORBIDDEN {
+                    break;
+                }
+                // (that claim took a job: give it back)
+                if let Some(j) = st.json["jobs"].as_array().and_then(|a| a.first()) {
+                    let r = api
+                        .post(
+                            Some(WORKER),
+                            &format!("/v1/jobs/{}/release", j["id"].as_str().unwrap()),
+                            json!({"token": j["lease"]["token"]}),
+                        )
+                        .await;
+                    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+                }
+            }
+            assert!(lies < 400, "run {run}: never caught");
+            lies_until_caught.push(lies as f64);
+        }
+        let n = lies_until_caught.len() as f64;
+        let mean = lies_until_caught.iter().sum::<f64>() / n;
+        let expect = 1.0 / p;
+        let se = ((1.0 - p) / (p * p)).sqrt() / n.sqrt();
+        eprintln!("p = {p}: {runs} runs, lies before detection: mean {mean:.2} (1/p = {expect}, ±{se:.2})");
+        assert!(
+            (mean - expect).abs() < 4.0 * se,
+            "p = {p}: mean lies before detection {mean:.2}, expected {expect} ± {:.2}",
+            4.0 * se
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quarantine_requeues_results_deletes_cache_entries_and_tells_browsers() {
+    // Probation of 2, then every result sampled: the liar is caught on its first lie.
+    let (state, api) = setup(policy(2, 1.0));
+    let mut events = state.store().subscribe();
+    let all = texts("undo", 6);
+    let ids = enqueue(&api, &all).await;
+    // Honest for 5 results (2 on probation, 3 sampled and verified), with cache writes.
+    for _ in 0..5 {
+        let job = claim_as(&api, WORKER, 1).await.remove(0);
+        let v = embed(job["text"].as_str().unwrap());
+        let r = ack(&api, WORKER, &job, &ack_body(&job, v, &model(), true)).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        state.verifier().settle().await;
+    }
+    // The liar-to-be takes the sixth job; meanwhile a producer enqueues one of the first texts
+    // again under another id, and the claim resolves it from the liar-to-be's cache entry.
+    let job = claim_as(&api, WORKER, 1).await.remove(0);
+    let r = api
+        .enqueue(json!({"jobs": [{"id": "dup-1", "text": all[0]}]}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let resolved = claim_as(&api, WORKER_B64, 1).await.remove(0);
+    assert_eq!(resolved["id"], "dup-1");
+    assert_eq!(resolved["resolved"], true);
+    // Then a lie, stored at once (not on probation) and found by the sampled check.
+    let lie = embed("not this text");
+    let r = ack(
+        &api,
+        WORKER,
+        &job,
+        &ack_body(&job, lie.clone(), &model(), true),
+    )
+    .await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "stored before the check: {}",
+        r.text
+    );
+    state.verifier().settle().await;
+    // Quarantined; every result it wrote queued again, every cache entry gone.
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/jobs/claim",
+            json!({"worker": "w1", "max": 1}),
+        )
+        .await;
+    assert_eq!(r.json["error"]["code"], "quarantined", "{}", r.text);
+    for id in ids.iter().chain(std::iter::once(&"dup-1".to_owned())) {
+        let st = api.status(id).await;
+        assert_eq!(state_of(&st), "queued", "{id}: {}", st.text);
+    }
+    let mut invalidated = Vec::new();
+    while let Ok((_, ev)) = events.try_recv() {
+        if let ServerEvent::Invalidate(e) = ev {
+            invalidated.extend(e.keys);
+        }
+    }
+    for t in &all {
+        let key = cache_key(&model(), t);
+        let r = api.get(Some(WORKER_B64), &format!("/v1/cache/{key}")).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{key} still served");
+        assert!(invalidated.contains(&key), "no invalidate event for {key}");
+    }
+    assert_eq!(state.metrics().counter_value("undone_results"), 7);
+    assert_eq!(state.metrics().counter_value("undone_cache_entries"), 6);
+    // An honest identity redoes them all; nothing poisoned is ever served again.
+    let mut redone = 0;
+    loop {
+        let jobs = claim_as(&api, WORKER_B64, 16).await;
+        if jobs.is_empty() {
+            break;
+        }
+        let acks: Vec<AckItem> = jobs
+            .iter()
+            .map(|j| AckItem {
+                id: j["id"].as_str().unwrap().to_owned(),
+                ack: ack_body(j, embed(j["text"].as_str().unwrap()), &model(), true),
+            })
+            .collect();
+        redone += acks.len();
+        let r = api
+            .post(
+                Some(WORKER_B64),
+                "/v1/jobs/ack",
+                serde_json::to_value(AckBatchRequest { acks, worker: None }).unwrap(),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    }
+    assert_eq!(redone, 7);
+    for t in &all {
+        let key = cache_key(&model(), t);
+        let r = api.get(Some(ADMIN), &format!("/v1/cache/{key}")).await;
+        let got: Vector = serde_json::from_value(r.json["vector"].clone()).unwrap();
+        assert_eq!(got.0, embed(t), "{key}");
+        assert!(
+            r.json["by"]["sub"].as_str().unwrap() != "",
+            "admins see the writer"
+        );
+    }
+    assert_eq!(state.metrics().counter_value("quarantines"), 1);
+}
+
+#[tokio::test]
+async fn provenance_is_recorded_and_shown_to_admins_only() {
+    let (_, api) = setup(Policy::default());
+    let ids = enqueue(&api, &texts("prov", 1)).await;
+    let job = claim_as(&api, WORKER, 1).await.remove(0);
+    let mut body = ack_body(&job, embed(job["text"].as_str().unwrap()), &model(), true);
+    // Whatever a client claims as provenance is replaced by the server's.
+    body.result.by = Some(ternflow_core::protocol::Provenance {
+        tenant: "default".into(),
+        sub: "someone-else".into(),
+        worker: None,
+        at: 1,
+        verified: true,
+    });
+    body.worker = Some("bad\nname".into());
+    assert_eq!(ack(&api, WORKER, &job, &body).await.status, StatusCode::OK);
+    let admin = api.get(Some(ADMIN), &format!("/v1/jobs/{}", ids[0])).await;
+    let by = &admin.json["result"]["by"];
+    assert!(
+        by["sub"].as_str().unwrap().starts_with("static:"),
+        "{}",
+        admin.text
+    );
+    assert_eq!(by["tenant"], "default");
+    assert_eq!(by["verified"], true, "checked on probation");
+    assert_eq!(by["at"], 1_000_000);
+    assert!(
+        by.get("worker").is_none(),
+        "an unprintable name is not recorded"
+    );
+    for token in [WORKER, PRODUCER] {
+        let r = api.get(Some(token), &format!("/v1/jobs/{}", ids[0])).await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert!(r.json["result"].get("by").is_none(), "{}", r.text);
+    }
+    let key = cache_key(&model(), job["text"].as_str().unwrap());
+    let r = api.get(Some(WORKER), &format!("/v1/cache/{key}")).await;
+    assert!(r.json.get("by").is_none(), "{}", r.text);
+    let r = api.get(Some(ADMIN), &format!("/v1/cache/{key}")).await;
+    assert!(
+        r.json["by"]["sub"].as_str().unwrap().starts_with("static:"),
+        "{}",
+        r.text
+    );
+}
+
+#[tokio::test]
+async fn cache_writes_carry_their_text_and_are_checked() {
+    let (_, api) = setup(Policy::default());
+    let text = "a cached text";
+    let key = cache_key(&model(), text);
+    let fence = common::lock_fence(&api.0, &key).await;
+    let put = |text: Option<&str>, v: Vec<f32>| {
+        serde_json::to_value(CachePut {
+            model_id: model(),
+            vector: Vector(v),
+            fence,
+            ttl_ms: None,
+            text: text.map(str::to_owned),
+            worker: Some("w1".into()),
+        })
+        .unwrap()
+    };
+    let path = format!("/v1/cache/{key}");
+    let r = api.put(Some(WORKER), &path, put(None, embed(text))).await;
+    assert_eq!(r.json["error"]["code"], "text_required", "{}", r.text);
+    let r = api
+        .put(Some(WORKER), &path, put(Some("another text"), embed(text)))
+        .await;
+    assert_eq!(r.json["error"]["code"], "bad_result", "{}", r.text);
+    let r = api
+        .put(Some(WORKER), &path, put(Some(text), vec![0.5; 8]))
+        .await;
+    assert_eq!(
+        r.json["error"]["code"], "bad_result",
+        "not unit: {}",
+        r.text
+    );
+    let r = api
+        .put(Some(WORKER), &path, put(Some(text), embed(text)))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    // A lie in a fenced write, on probation: refused and quarantined.
+    let key2 = cache_key(&model(), "second");
+    let fence2 = common::lock_fence(&api.0, &key2).await;
+    let lie = serde_json::to_value(CachePut {
+        model_id: model(),
+        vector: Vector(embed("not second")),
+        fence: fence2,
+        ttl_ms: None,
+        text: Some("second".into()),
+        worker: None,
+    })
+    .unwrap();
+    let r = api
+        .put(Some(WORKER), &format!("/v1/cache/{key2}"), lie)
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+    // Its earlier, honest entry is gone too (every entry it wrote is undone).
+    let r = api.get(Some(WORKER_B64), &path).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+}
