@@ -11,6 +11,9 @@ teacher (teacher.py); length-sorted batches; resumable float16 shards outside gi
                                                # the first --token-shards shards also keep the teacher's
                                                # last-layer token states (pool_NNNN_tok.npy + _off.npy)
   python3 train/label.py --files A.txt ...     # -> A_teacher.npy next to each file
+  python3 train/label.py --shards A.txt        # like --pool for any text file (one text a line):
+                                               # labels/A_NNNN.npy, 10 000 a shard, resumable
+                                               # (realq_train.txt from train/queries_real.py)
 
 Threads: --threads (default 2) for onnxruntime intra-op, XLA limited the same way.
 """
@@ -178,15 +181,17 @@ def check():
         print(f"vs Ternlight's published teacher vectors of its {len(items)} queries: min cos {c.min():.7f}")
 
 
-def label_pool(token_shards):
-    texts = read_lines(os.path.join(WORK, "pool.txt"))
+def label_pool(token_shards, path=None):
+    path = path or os.path.join(WORK, "pool.txt")
+    stem = os.path.splitext(os.path.basename(path))[0]
+    texts = read_lines(path)
     out_dir = os.path.join(WORK, "labels")
     os.makedirs(out_dir, exist_ok=True)
     tok = tokenizer()
     ot = OrtTeacher(onnx_path())
     n_sh = (len(texts) + SHARD - 1) // SHARD
     for s in range(n_sh):
-        dst = os.path.join(out_dir, f"pool_{s:04d}.npy")
+        dst = os.path.join(out_dir, f"{stem}_{s:04d}.npy")
         chunk = texts[s * SHARD:(s + 1) * SHARD]
         if os.path.exists(dst):
             have = np.load(dst, mmap_mode="r").shape[0]
@@ -201,14 +206,14 @@ def label_pool(token_shards):
         if want_tok:
             e, toks = r
             off = np.cumsum([0] + [len(x) for x in toks]).astype(np.int64)
-            np.save(os.path.join(out_dir, f"pool_{s:04d}_off.npy"), off)
-            np.save(os.path.join(out_dir, f"pool_{s:04d}_tok.npy"), np.concatenate(toks))
+            np.save(os.path.join(out_dir, f"{stem}_{s:04d}_off.npy"), off)
+            np.save(os.path.join(out_dir, f"{stem}_{s:04d}_tok.npy"), np.concatenate(toks))
         else:
             e = r
         np.save(dst + ".tmp.npy", e.astype(np.float16))
         os.replace(dst + ".tmp.npy", dst)          # a shard exists only when complete
         dt = time.time() - t0
-        print(time.strftime("%H:%M:%S") + f" shard {s + 1}/{n_sh}: {len(chunk)} texts in {dt:.1f}s = "
+        print(time.strftime("%H:%M:%S") + f" {stem} shard {s + 1}/{n_sh}: {len(chunk)} texts in {dt:.1f}s = "
               f"{len(chunk) / dt:.1f} items/s{' (+ token states)' if want_tok else ''}", flush=True)
 
 
@@ -221,7 +226,8 @@ def label_files(paths):
         t0 = time.time()
         e = embed_ort(ot, [x.ids for x in tok.encode_batch(texts)])
         dst = os.path.splitext(p)[0] + "_teacher.npy"
-        np.save(dst, e.astype(np.float16))
+        np.save(dst + ".tmp.npy", e.astype(np.float16))
+        os.replace(dst + ".tmp.npy", dst)          # appears only when complete
         print(f"{p}: {len(texts)} texts in {time.time() - t0:.1f}s -> {dst}", flush=True)
 
 
@@ -232,6 +238,7 @@ def main():
     ap.add_argument("--pool", action="store_true")
     ap.add_argument("--token-shards", type=int, default=10)
     ap.add_argument("--files", nargs="*", default=[])
+    ap.add_argument("--shards", nargs="*", default=[], help="text files to label in resumable shards")
     args = ap.parse_args()
     if args.bench:
         bench(args.bench)
@@ -241,6 +248,8 @@ def main():
         label_files(args.files)
     if args.pool:
         label_pool(args.token_shards)
+    for p in args.shards:
+        label_pool(0, p)
 
 
 if __name__ == "__main__":
