@@ -112,11 +112,12 @@ function workers(d) {
   $("workers").tBodies[0].innerHTML = d.workers.map((w) => {
     const g = w.gauges || {}, c = w.counters || {};
     const [eb, ec] = breaker(g.engine_breaker), [bb, bc] = breaker(g.backend_breaker);
-    return `<tr><td>${esc(w.worker)}</td><td>${esc(w.runtime)}</td><td class="num">${fmt(g.in_flight, 0)}</td>
+    const who = w.quarantined ? `<span class="state-open">${esc(w.sub)} · quarantined</span>` : esc(w.sub);
+    return `<tr><td>${esc(w.worker)}</td><td>${who}</td><td>${esc(w.runtime)}</td><td class="num">${fmt(g.in_flight, 0)}</td>
       <td class="num">${fmt(g.processing_rate)}</td><td class="num">${c.jobs_done ?? 0}</td>
       <td class="num">${c.cache_local_hits ?? 0} / ${c.cache_remote_hits ?? 0}</td>
       <td class="${ec}">${eb}</td><td class="${bc}">${bb}</td><td>${ago(w.last_seen, d.now)}</td></tr>`;
-  }).join("") || `<tr><td colspan="9" class="muted">no worker has reported in the last 5 minutes</td></tr>`;
+  }).join("") || `<tr><td colspan="10" class="muted">no worker has reported in the last 5 minutes</td></tr>`;
 }
 
 function alerts(d) {

@@ -35,7 +35,8 @@ async fn results_come_back_in_id_order_as_jsonl_and_npy() {
         .map(str::to_owned)
         .collect();
     assert_eq!(ids.len(), 3);
-    // Act as a worker: finish two jobs with known vectors (the dimension and values are ours).
+    // Act as a worker: finish two jobs with known vectors (the dimension and values are ours:
+    // the server runs no model "m", so it checks only that they are finite unit vectors).
     let http = reqwest::Client::new();
     let claimed: Value = http
         .post(format!("{base}/v1/jobs/claim"))
@@ -48,8 +49,10 @@ async fn results_come_back_in_id_order_as_jsonl_and_npy() {
         .await
         .unwrap();
     let vec_of = |id: &str| -> Vec<f32> {
-        let i = ids.iter().position(|x| x == id).unwrap() as f32;
-        vec![i, i + 0.5]
+        match ids.iter().position(|x| x == id).unwrap() {
+            0 => vec![0.0, 1.0],
+            _ => vec![0.6, 0.8],
+        }
     };
     let b64 = |v: &[f32]| ternflow_core::codec::encode_vector(v);
     for j in claimed["jobs"].as_array().unwrap() {
@@ -90,7 +93,7 @@ async fn results_come_back_in_id_order_as_jsonl_and_npy() {
         [(&*ids[0], "done"), (&*ids[1], "leased"), (&*ids[2], "done")],
         "in id order, the unfinished one said so"
     );
-    assert_eq!(lines[2]["vector"], json!([2.0, 2.5]));
+    assert_eq!(lines[2]["vector"], json!([0.6f32, 0.8f32]));
     let npy = dir.path().join("out.npy");
     let st = ternflow()
         .args(["results", "--server", &base, "--token", TOKEN, "--ids"])
@@ -103,7 +106,7 @@ async fn results_come_back_in_id_order_as_jsonl_and_npy() {
     let bytes = std::fs::read(&npy).unwrap();
     let arr = npyz::NpyFile::new(&bytes[..]).unwrap();
     assert_eq!(arr.shape(), &[2, 2]);
-    assert_eq!(arr.into_vec::<f32>().unwrap(), vec![0.0, 0.5, 2.0, 2.5]);
+    assert_eq!(arr.into_vec::<f32>().unwrap(), vec![0.0, 1.0, 0.6, 0.8]);
     let row_ids = std::fs::read_to_string(dir.path().join("out.npy.ids")).unwrap();
     assert_eq!(
         row_ids,

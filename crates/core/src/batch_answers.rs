@@ -58,7 +58,7 @@ impl AckBatchResponse {
             .results
             .into_iter()
             .map(|r| match r.outcome {
-                AckItemOutcome::Done | AckItemOutcome::Repeated => Ok(()),
+                AckItemOutcome::Done | AckItemOutcome::Repeated | AckItemOutcome::Pending => Ok(()),
                 AckItemOutcome::LeaseLost => Err(Error::LeaseLost(r.id)),
                 AckItemOutcome::Missing => Err(missing(&r.id)),
                 AckItemOutcome::Refused => {

@@ -580,6 +580,10 @@ pub enum AckItemOutcome {
     Missing,
     /// The ack itself is malformed (an empty vector, no model id, a bad id); see `error`.
     Refused,
+    /// Taken as one of the k results that must agree before the job is final (a model the
+    /// server cannot recompute, k-of-n agreement on): the lease is over, the job goes to
+    /// another worker; nothing to do for this one.
+    Pending,
 }
 
 /// One answer of a [`AckBatchResponse`], in the request's order.

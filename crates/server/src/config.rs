@@ -76,6 +76,8 @@ pub struct Config {
     pub stats_samples: usize,
     /// How the server checks workers' results (`crate::integrity`).
     pub verify: crate::integrity::Policy,
+    /// Per-tenant overrides of [`Config::verify`].
+    pub verify_tenants: std::collections::HashMap<String, crate::integrity::PolicyOverride>,
 }
 
 impl Default for Config {
@@ -112,11 +114,20 @@ impl Default for Config {
             stats_sample_ms: 1_000,
             stats_samples: 900,
             verify: crate::integrity::Policy::default(),
+            verify_tenants: std::collections::HashMap::new(),
         }
     }
 }
 
 impl Config {
+    /// The verification policy of `tenant`: the server's, with the tenant's override applied.
+    pub fn verify_policy(&self, tenant: &str) -> crate::integrity::Policy {
+        match self.verify_tenants.get(tenant) {
+            Some(o) => self.verify.with(o),
+            None => self.verify.clone(),
+        }
+    }
+
     /// Retry delay after the `attempt`-th delivery failed: `base · 2^(attempt-1)` capped at
     /// `backoff_max_ms`, with equal jitter (uniform in `[d/2, d]`) so retries of a burst spread
     /// ([`Backoff::equal_jitter_ms`], the same mechanism the worker uses).

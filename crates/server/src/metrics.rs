@@ -57,6 +57,7 @@ counters! {
     results_refused: "Acks and cache writes refused by the shape checks (bad_result, model_mismatch).",
     results_verified: "Results and cache writes the server recomputed and found equal.",
     results_unverifiable: "Results of a model the server cannot run, accepted unverified.",
+    results_pending_agreement: "Results of a model the server cannot run held until enough identities agree (k-of-n), the job given back.",
     results_mismatched: "Results and cache writes the server recomputed and found different (the writer is quarantined).",
     verify_micros: "Time spent recomputing results for verification (microseconds of engine time).",
     quarantines: "Writers quarantined.",
@@ -104,7 +105,8 @@ pub struct Metrics {
     latency_sum_us: AtomicU64,
     acks_per_second: Mutex<VecDeque<(u64, u64)>>,
     /// Worker name → (latest snapshot, when it arrived, its runtime).
-    workers: Mutex<BTreeMap<String, (WorkerMetrics, u64, String)>>,
+    /// name → (snapshot, when, runtime, the identity that pushed it).
+    workers: Mutex<BTreeMap<String, WorkerEntry>>,
     /// Job id → when this server leased it (for the job latency).
     claimed_at: Mutex<HashMap<String, u64>>,
     /// Cumulative job latency counts per [`JOB_LATENCY_BUCKETS_MS`] bucket, plus overflow.
@@ -112,6 +114,9 @@ pub struct Metrics {
     /// Acked jobs by where their vector came from, in [`SOURCES`] order.
     acked_by_source: [AtomicU64; 4],
 }
+
+/// A worker's latest snapshot, when it came, its runtime and who sent it.
+type WorkerEntry = (WorkerMetrics, u64, String, String);
 
 /// One row of the dashboard's worker table.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -123,6 +128,10 @@ pub struct WorkerRow {
     pub last_seen: u64,
     /// What the worker's `User-Agent` says it runs in (`HeadlessChrome 156`, `Node`, `native`…).
     pub runtime: String,
+    /// The identity (token `sub`) that pushed it: the writer its results are recorded under.
+    pub sub: String,
+    /// Whether that identity is quarantined (filled in by the dashboard route).
+    pub quarantined: bool,
 }
 
 /// The runtime a `User-Agent` names: browser and version, Node, workerd, or `native` (a Rust
@@ -288,11 +297,17 @@ impl Metrics {
     /// [`WORKER_QUIET_MS`] are dropped; when the table is still full, the worker heard from
     /// least recently makes room, so a new worker is never refused.
     pub fn push_worker(&self, snap: WorkerMetrics, now_ms: u64) {
-        self.push_worker_from(snap, "", now_ms);
+        self.push_worker_from(snap, "", "", now_ms);
     }
 
     /// [`Metrics::push_worker`], noting the runtime the worker's `User-Agent` names.
-    pub fn push_worker_from(&self, mut snap: WorkerMetrics, user_agent: &str, now_ms: u64) {
+    pub fn push_worker_from(
+        &self,
+        mut snap: WorkerMetrics,
+        user_agent: &str,
+        sub: &str,
+        now_ms: u64,
+    ) {
         snap.worker = snap.worker.chars().take(64).collect();
         snap.counters = snap
             .counters
@@ -309,11 +324,11 @@ impl Metrics {
             .collect();
         let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
         if w.len() >= MAX_WORKERS && !w.contains_key(&snap.worker) {
-            w.retain(|_, (_, seen, _)| seen.saturating_add(WORKER_QUIET_MS) > now_ms);
+            w.retain(|_, (_, seen, _, _)| seen.saturating_add(WORKER_QUIET_MS) > now_ms);
             if w.len() >= MAX_WORKERS {
                 let oldest = w
                     .iter()
-                    .min_by_key(|(_, (_, seen, _))| *seen)
+                    .min_by_key(|(_, (_, seen, _, _))| *seen)
                     .map(|(k, _)| k.clone());
                 if let Some(k) = oldest {
                     w.remove(&k);
@@ -321,18 +336,20 @@ impl Metrics {
             }
         }
         let runtime = runtime_of(user_agent);
-        w.insert(snap.worker.clone(), (snap, now_ms, runtime));
+        w.insert(snap.worker.clone(), (snap, now_ms, runtime, sub.to_owned()));
     }
 
     /// The dashboard's worker table: every worker heard from within [`WORKER_QUIET_MS`].
     pub fn worker_rows(&self, now_ms: u64) -> Vec<WorkerRow> {
         let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
-        w.retain(|_, (_, seen, _)| seen.saturating_add(WORKER_QUIET_MS) > now_ms);
+        w.retain(|_, (_, seen, _, _)| seen.saturating_add(WORKER_QUIET_MS) > now_ms);
         w.values()
-            .map(|(m, seen, runtime)| WorkerRow {
+            .map(|(m, seen, runtime, sub)| WorkerRow {
                 snapshot: m.clone(),
                 last_seen: *seen,
                 runtime: runtime.clone(),
+                sub: sub.clone(),
+                quarantined: false,
             })
             .collect()
     }
@@ -340,9 +357,9 @@ impl Metrics {
     /// The latest snapshot of every worker heard from within [`WORKER_QUIET_MS`].
     pub fn workers(&self, now_ms: u64) -> BTreeMap<String, WorkerMetrics> {
         let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
-        w.retain(|_, (_, seen, _)| seen.saturating_add(WORKER_QUIET_MS) > now_ms);
+        w.retain(|_, (_, seen, _, _)| seen.saturating_add(WORKER_QUIET_MS) > now_ms);
         w.iter()
-            .map(|(k, (m, _, _))| (k.clone(), m.clone()))
+            .map(|(k, (m, _, _, _))| (k.clone(), m.clone()))
             .collect()
     }
 

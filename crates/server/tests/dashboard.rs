@@ -171,6 +171,11 @@ async fn history_and_alerts(store: Arc<dyn Store>) {
     let w = &d.json["workers"][0];
     assert_eq!(w["worker"], "w-1");
     assert_eq!(w["runtime"], "HeadlessChrome 156");
+    assert!(
+        w["sub"].as_str().unwrap().starts_with("static:"),
+        "the identity its results are recorded under: {w}"
+    );
+    assert_eq!(w["quarantined"], false);
     assert_eq!(w["gauges"]["processing_rate"], 4.5);
     assert_eq!(w["last_seen"], T0);
     // `since` returns only what the page has not drawn yet.

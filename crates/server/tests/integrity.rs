@@ -412,6 +412,152 @@ async fn quarantine_requeues_results_deletes_cache_entries_and_tells_browsers() 
     assert_eq!(state.metrics().counter_value("quarantines"), 1);
 }
 
+/// k-of-n agreement for a model the server cannot run: a result is final when two identities
+/// sent the same vector; the one that sent another is quarantined.
+#[tokio::test]
+async fn two_identities_must_agree_on_a_model_the_server_cannot_run() {
+    let clock = FakeClock::new(1_000_000);
+    let cfg = Config {
+        verify: Policy {
+            agreement: 2,
+            ..Policy::default()
+        },
+        ..Config::default()
+    };
+    let state = AppState::new(Arc::new(MemoryStore::new()), tokens(), cfg)
+        .with_clock(Arc::new(clock.clone()))
+        .with_embedder(Arc::new(hash()));
+    let api = Api(ternflow_server::app(state.clone()));
+    let foreign = "feedfacefeedface";
+    let r = api
+        .enqueue(json!({"jobs": [{"id": "k1", "text": "agree on me", "model_id": foreign}]}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let honest = embed("agree on me"); // any unit vector: the server cannot check it
+    let lie = embed("something else");
+    let round = |token: &'static str, v: Vec<f32>| {
+        let api = api.clone();
+        let clock = clock.clone();
+        async move {
+            clock.advance(120_000); // past the retry backoff
+            let job = claim_as(&api, token, 1).await.remove(0);
+            let r = ack(&api, token, &job, &ack_body(&job, v, foreign, true)).await;
+            (r.status, r.json)
+        }
+    };
+    // The first result is not final: the job goes back to the queue.
+    let (status, _) = round(WORKER, honest.clone()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(state_of(&api.status("k1").await), "queued");
+    // A second identity disagrees: still not final.
+    let (status, _) = round(WORKER_B64, lie).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(state_of(&api.status("k1").await), "queued");
+    // A third agrees with the first: final, and the dissenter is quarantined.
+    let (status, _) = round(ADMIN, honest.clone()).await;
+    assert_eq!(status, StatusCode::OK);
+    let st = api.get(Some(ADMIN), "/v1/jobs/k1").await;
+    assert_eq!(state_of(&st), "done", "{}", st.text);
+    let v: Vector = serde_json::from_value(st.json["result"]["vector"].clone()).unwrap();
+    assert_eq!(v.0, honest);
+    let q = api.get(Some(ADMIN), "/v1/quarantine").await;
+    let subs: Vec<&str> = q.json["quarantined"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["sub"].as_str().unwrap())
+        .collect();
+    assert_eq!(subs.len(), 1, "{}", q.text);
+    let r = api
+        .post(
+            Some(WORKER_B64),
+            "/v1/jobs/claim",
+            json!({"worker": "w", "max": 1}),
+        )
+        .await;
+    assert_eq!(
+        r.json["error"]["code"], "quarantined",
+        "the dissenter: {}",
+        r.text
+    );
+    assert_eq!(
+        state.metrics().counter_value("results_pending_agreement"),
+        2
+    );
+}
+
+/// A worker that hands on a vector it took from the cache hands on its writer's work: the result
+/// is recorded under the entry's writer, and taken back with the rest when that writer lies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relayed_cache_vector_belongs_to_the_entry_writer() {
+    let (state, api) = setup(policy(0, 1.0));
+    let r = api
+        .enqueue(json!({"jobs": [{"id": "x1", "text": "shared"}, {"id": "x2", "text": "shared"}]}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let x1 = claim_as(&api, WORKER_B64, 1).await.remove(0);
+    let x2 = claim_as(&api, WORKER, 1).await.remove(0);
+    assert_eq!(
+        (x1["id"].as_str(), x2["id"].as_str()),
+        (Some("x1"), Some("x2"))
+    );
+    // WORKER embeds "shared" honestly and writes it through to the cache.
+    let r = ack(
+        &api,
+        WORKER,
+        &x2,
+        &ack_body(&x2, embed("shared"), &model(), true),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    state.verifier().settle().await;
+    // WORKER_B64 finds it in the cache and acks x1 with it.
+    let mut relay = ack_body(&x1, embed("shared"), &model(), false);
+    relay.result.source = ResultSource::Remote;
+    let r = ack(&api, WORKER_B64, &x1, &relay).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let st = api.get(Some(ADMIN), "/v1/jobs/x1").await;
+    let x2_by = api.get(Some(ADMIN), "/v1/jobs/x2").await.json["result"]["by"]["sub"].clone();
+    assert_eq!(st.json["result"]["by"]["sub"], x2_by, "{}", st.text);
+    // WORKER lies once; everything under its name goes back, x1 included.
+    let r = api
+        .enqueue(json!({"jobs": [{"id": "x3", "text": "third"}]}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let x3 = claim_as(&api, WORKER, 1).await.remove(0);
+    let r = ack(
+        &api,
+        WORKER,
+        &x3,
+        &ack_body(&x3, embed("a lie"), &model(), true),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    state.verifier().settle().await;
+    for id in ["x1", "x2", "x3"] {
+        assert_eq!(state_of(&api.status(id).await), "queued", "{id}");
+    }
+    // A vector said to come from the cache but not the entry's is the sender's own, checked.
+    let again = claim_as(&api, WORKER_B64, 1).await.remove(0);
+    let mut fake = ack_body(&again, embed("not it"), &model(), false);
+    fake.result.source = ResultSource::Local;
+    let r = ack(&api, WORKER_B64, &again, &fake).await;
+    state.verifier().settle().await;
+    let r2 = api
+        .post(
+            Some(WORKER_B64),
+            "/v1/jobs/claim",
+            json!({"worker": "w", "max": 1}),
+        )
+        .await;
+    assert!(
+        r.status == StatusCode::FORBIDDEN || r2.json["error"]["code"] == "quarantined",
+        "a lie labelled as a cache hit is still a lie: {} / {}",
+        r.text,
+        r2.text
+    );
+}
+
 #[tokio::test]
 async fn provenance_is_recorded_and_shown_to_admins_only() {
     let (_, api) = setup(Policy::default());

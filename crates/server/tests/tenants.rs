@@ -155,7 +155,7 @@ async fn isolation(api: Api) {
         .put(
             Some(&wb),
             &format!("/v1/cache/{key}"),
-            put(lock_b.json["fence"].as_u64().unwrap(), "AAAAQA=="),
+            put(lock_b.json["fence"].as_u64().unwrap(), "AACAvw=="),
         )
         .await;
     assert_eq!(r.status, StatusCode::CREATED);

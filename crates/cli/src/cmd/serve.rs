@@ -95,6 +95,15 @@ pub struct Args {
     /// Largest per-component difference accepted as equal (0: bit-exact, the default).
     #[arg(long, default_value_t = 0.0, value_name = "EPS")]
     pub verify_tolerance: f32,
+    /// For jobs of a model the server does not run: how many different worker identities must
+    /// send the same vector before a result is final (1: take the first, shape-checked).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub verify_agreement: u32,
+    /// Per-tenant verification settings, a JSON object
+    /// `{"tenant": {"probation": K, "sample": P, "agreement": N, "enabled": B}}` (each field
+    /// optional; the flags above are the default for every tenant).
+    #[arg(long, value_name = "FILE")]
+    pub verify_tenants: Option<PathBuf>,
 }
 
 fn jwt_keys(args: &Args) -> Result<Keys, Box<dyn std::error::Error>> {
@@ -194,14 +203,27 @@ pub fn run(args: Args) -> CmdResult {
             probation: args.verify_probation,
             sample: args.verify_sample,
             tolerance: args.verify_tolerance,
+            agreement: args.verify_agreement,
+        },
+        verify_tenants: match &args.verify_tenants {
+            Some(path) => serde_json::from_str(
+                &std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?,
+            )
+            .map_err(|e| format!("{}: {e}", path.display()))?,
+            None => Default::default(),
         },
         ..Config::default()
     };
-    if !(0.0..=1.0).contains(&config.verify.sample)
-        || !config.verify.tolerance.is_finite()
-        || config.verify.tolerance < 0.0
-    {
-        return Err("--verify-sample is within 0..=1 and --verify-tolerance ≥ 0".into());
+    config
+        .verify
+        .validate()
+        .map_err(|e| format!("--verify-*: {e}"))?;
+    for (tenant, o) in &config.verify_tenants {
+        config
+            .verify
+            .with(o)
+            .validate()
+            .map_err(|e| format!("--verify-tenants, tenant {tenant}: {e}"))?;
     }
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {

@@ -45,6 +45,63 @@ pub struct Policy {
     /// Largest difference per component accepted as equal; 0 = bit-exact (the default: every
     /// kernel of the engine gives the same bits, `docs/engine.md`).
     pub tolerance: f32,
+    /// For a model the server cannot run: how many different identities must send the same
+    /// vector (bit for bit) before a result is final (k-of-n agreement). 1 (the default) takes
+    /// the first result, checked for its shape only.
+    pub agreement: u32,
+}
+
+/// A per-tenant override of the server's [`Policy`] (`ternflow serve --verify-tenants FILE`, a
+/// JSON object `{"tenant": {"probation": K, "sample": P, "agreement": N, "enabled": B}}`):
+/// each field it names replaces the server's.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyOverride {
+    /// [`Policy::enabled`].
+    pub enabled: Option<bool>,
+    /// [`Policy::probation`].
+    pub probation: Option<u64>,
+    /// [`Policy::sample`].
+    pub sample: Option<f64>,
+    /// [`Policy::tolerance`].
+    pub tolerance: Option<f32>,
+    /// [`Policy::agreement`].
+    pub agreement: Option<u32>,
+}
+
+impl Policy {
+    /// This policy with `o`'s fields in place of its own.
+    #[must_use]
+    pub fn with(&self, o: &PolicyOverride) -> Policy {
+        Policy {
+            enabled: o.enabled.unwrap_or(self.enabled),
+            probation: o.probation.unwrap_or(self.probation),
+            sample: o.sample.unwrap_or(self.sample),
+            tolerance: o.tolerance.unwrap_or(self.tolerance),
+            agreement: o.agreement.unwrap_or(self.agreement),
+        }
+    }
+
+    /// Checks the ranges: `sample` within 0..=1, `tolerance` finite and ≥ 0, `agreement`
+    /// within 1..=16.
+    ///
+    /// # Errors
+    /// What is out of range.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(0.0..=1.0).contains(&self.sample) {
+            return Err(format!("sample {} is not within 0..=1", self.sample));
+        }
+        if !self.tolerance.is_finite() || self.tolerance < 0.0 {
+            return Err(format!(
+                "tolerance {} is not a finite number ≥ 0",
+                self.tolerance
+            ));
+        }
+        if !(1..=16).contains(&self.agreement) {
+            return Err(format!("agreement {} is not within 1..=16", self.agreement));
+        }
+        Ok(())
+    }
 }
 
 impl Default for Policy {
@@ -54,6 +111,7 @@ impl Default for Policy {
             probation: 32,
             sample: 0.05,
             tolerance: 0.0,
+            agreement: 1,
         }
     }
 }
@@ -116,6 +174,31 @@ pub fn worker_name(name: Option<&str>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tenant_overrides_and_ranges() {
+        let o: PolicyOverride =
+            serde_json::from_str(r#"{"probation": 100, "sample": 0.2}"#).unwrap();
+        let p = Policy::default().with(&o);
+        assert_eq!((p.probation, p.sample, p.agreement), (100, 0.2, 1));
+        assert!(p.validate().is_ok());
+        assert!(serde_json::from_str::<PolicyOverride>(r#"{"smaple": 1}"#).is_err());
+        for bad in [
+            r#"{"sample": 1.5}"#,
+            r#"{"sample": -0.1}"#,
+            r#"{"agreement": 0}"#,
+            r#"{"tolerance": -1}"#,
+        ] {
+            let o: PolicyOverride = serde_json::from_str(bad).unwrap();
+            assert!(Policy::default().with(&o).validate().is_err(), "{bad}");
+        }
+        let cfg = crate::Config {
+            verify_tenants: [("acme".to_owned(), o)].into(),
+            ..crate::Config::default()
+        };
+        assert_eq!(cfg.verify_policy("acme").probation, 100);
+        assert_eq!(cfg.verify_policy("other").probation, 32);
+    }
 
     #[test]
     fn identities() {

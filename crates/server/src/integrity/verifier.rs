@@ -115,8 +115,13 @@ pub async fn admit(state: &AppState, sub: &Arc<str>) -> Result<()> {
 /// # Errors
 /// The store's.
 pub async fn on_probation(state: &AppState, writer: &Writer) -> Result<bool> {
-    let p = &state.config.verify;
+    let p = policy(state);
     Ok(p.enabled && standing(state, &writer.sub).await?.verified < p.probation)
+}
+
+/// The verification policy of the state's tenant.
+pub fn policy(state: &AppState) -> super::Policy {
+    state.config.verify_policy(&state.tenant)
 }
 
 /// The dimension of `model`'s vectors when the server runs it.
@@ -130,12 +135,17 @@ pub fn model_dim(state: &AppState, model: &str) -> Option<usize> {
 
 /// Whether the server can recompute `model`'s vectors.
 pub fn can_verify(state: &AppState, model: &str) -> bool {
-    state.config.verify.enabled && state.embed.as_ref().is_some_and(|b| b.model_id() == model)
+    policy(state).enabled && runs(state, model)
+}
+
+/// Whether the server runs `model` (it can recompute its vectors).
+pub fn runs(state: &AppState, model: &str) -> bool {
+    state.embed.as_ref().is_some_and(|b| b.model_id() == model)
 }
 
 /// Draws whether one of a trusted writer's results is sampled for a check.
 pub fn sampled(state: &AppState) -> bool {
-    let p = state.config.verify.sample;
+    let p = policy(state).sample;
     p > 0.0 && rand::random::<f64>() < p
 }
 
@@ -154,7 +164,7 @@ pub async fn recompute(state: &AppState, items: &[Item]) -> Result<Vec<Option<St
     state
         .metrics
         .add(|c| &c.verify_micros, t0.elapsed().as_micros() as u64);
-    let tol = state.config.verify.tolerance;
+    let tol = policy(state).tolerance;
     Ok(items
         .iter()
         .zip(want)

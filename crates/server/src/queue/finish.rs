@@ -79,14 +79,26 @@ pub async fn finish(
         }
     }
 
+    // Vectors taken from the remote cache, equal to its entry: that entry's writer's.
+    let relayed = relayed_from_cache(state, &items).await?;
     let probation = verifier::on_probation(state, writer).await?;
     let mut verified = vec![false; items.len()];
-    if probation && !items.is_empty() {
-        let ids: Vec<String> = items.iter().map(|(_, a)| a.id.clone()).collect();
+    let own: Vec<String> = items
+        .iter()
+        .filter(|(_, a)| !relayed.contains_key(&a.id))
+        .map(|(_, a)| a.id.clone())
+        .collect();
+    if probation && !own.is_empty() {
+        let ids = own;
         let inputs = state.store.job_inputs(&ids).await?;
         let mut check = Vec::new();
         let mut keep = Vec::with_capacity(items.len());
-        for ((i, item), input) in items.into_iter().zip(inputs) {
+        let mut inputs = ids.into_iter().zip(inputs).collect::<HashMap<_, _>>();
+        for (i, item) in items.into_iter() {
+            let Some(input) = inputs.remove(&item.id) else {
+                keep.push((i, item)); // relayed from the cache
+                continue;
+            };
             let model = &item.ack.result.model_id;
             match input {
                 Some((_, job_model)) if !job_model.is_empty() && &job_model != model => {
@@ -133,6 +145,37 @@ pub async fn finish(
         }
     }
 
+    // k-of-n agreement for the models the server cannot recompute.
+    let pol = verifier::policy(state);
+    let mut agreed: HashMap<String, Vec<String>> = HashMap::new();
+    if pol.enabled && pol.agreement > 1 {
+        let mut keep = Vec::with_capacity(items.len());
+        let mut keep_verified = Vec::with_capacity(items.len());
+        for ((i, item), v) in items.into_iter().zip(verified) {
+            if verifier::runs(state, &item.ack.result.model_id) {
+                keep.push((i, item));
+                keep_verified.push(v);
+                continue;
+            }
+            match agree(state, writer, &item, pol.agreement).await? {
+                Agreement::Reached { dissenters } => {
+                    agreed.insert(item.id.clone(), dissenters);
+                    keep.push((i, item));
+                    keep_verified.push(true);
+                }
+                Agreement::Not(outcome) => {
+                    results[i] = Some(AckItemResult {
+                        id: item.id,
+                        outcome,
+                        error: None,
+                    });
+                }
+            }
+        }
+        items = keep;
+        verified = keep_verified;
+    }
+
     // Into the store, each result carrying its provenance.
     let inputs: Vec<AckInput> = items
         .iter()
@@ -141,7 +184,10 @@ pub async fn finish(
             id: item.id.clone(),
             token: item.ack.token.clone(),
             result: JobResult {
-                by: Some(writer.provenance(now, v)),
+                by: match relayed.get(&item.id) {
+                    Some(entry_writer) => entry_writer.clone(),
+                    None => Some(writer.provenance(now, v)),
+                },
                 ..item.ack.result.clone()
             },
         })
@@ -149,6 +195,7 @@ pub async fn finish(
     let outcomes = state.store.ack_many(inputs, now).await?;
     let mut writes = Vec::new();
     let mut written = Vec::new();
+    let mut relayed_written: HashMap<String, Vec<Written>> = HashMap::new();
     let mut sample = Vec::new();
     let mut done_ids = Vec::new();
     for (((i, item), outcome), v) in items.into_iter().zip(outcomes).zip(verified) {
@@ -157,8 +204,19 @@ pub async fn finish(
                 let result = item.ack.result;
                 state.metrics.job_acked(&item.id, result.source, now);
                 done_ids.push(item.id.clone());
-                written.push(Written::Job(item.id.clone()));
+                match relayed.get(&item.id) {
+                    Some(Some(by)) => relayed_written
+                        .entry(by.sub.clone())
+                        .or_default()
+                        .push(Written::Job(item.id.clone())),
+                    Some(None) => {}
+                    None => written.push(Written::Job(item.id.clone())),
+                }
+                if let Some(dissenters) = agreed.remove(&item.id) {
+                    settle_agreement(state, &item.id, dissenters).await;
+                }
                 if !probation
+                    && !relayed.contains_key(&item.id)
                     && verifier::can_verify(state, &result.model_id)
                     && verifier::sampled(state)
                 {
@@ -196,6 +254,11 @@ pub async fn finish(
     if let Err(e) = state.store.note_written(&writer.sub, written).await {
         tracing::warn!(error = %e, "recording provenance");
     }
+    for (sub, items) in relayed_written {
+        if let Err(e) = state.store.note_written(&sub, items).await {
+            tracing::warn!(error = %e, "recording provenance of relayed results");
+        }
+    }
     let done = done_ids.len() as u64;
     if done > 0 {
         tracing::debug!(done, sub = %writer.sub, "acked");
@@ -207,6 +270,57 @@ pub async fn finish(
         sample_later(state, writer, sample).await;
     }
     Ok(results.into_iter().flatten().collect())
+}
+
+/// The acks whose vector the worker took from a cache (source `local` or `remote`) and that
+/// equal the remote cache's entry for the job's text, bit for bit: job id → the entry's writer.
+/// Such a result is the entry writer's (a liar found later takes it back), and is not checked
+/// again. A vector a worker says it took from a cache but that is not the entry's is its own.
+async fn relayed_from_cache(
+    state: &AppState,
+    items: &[(usize, AckItem)],
+) -> Result<HashMap<String, Option<ternflow_core::protocol::Provenance>>> {
+    let relays: Vec<&AckItem> = items
+        .iter()
+        .map(|(_, a)| a)
+        .filter(|a| {
+            matches!(
+                a.ack.result.source,
+                ResultSource::Local | ResultSource::Remote
+            )
+        })
+        .collect();
+    let mut out = HashMap::new();
+    if relays.is_empty() {
+        return Ok(out);
+    }
+    let ids: Vec<String> = relays.iter().map(|a| a.id.clone()).collect();
+    let inputs = state.store.job_inputs(&ids).await?;
+    let keys: Vec<String> = relays
+        .iter()
+        .zip(&inputs)
+        .map(|(a, i)| {
+            let text = i.as_ref().map_or("", |(t, _)| t.as_str());
+            ternflow_core::keys::cache_key(&a.ack.result.model_id, text)
+        })
+        .collect();
+    let entries = state.store.cache_get_many(&keys, state.now()).await?;
+    for ((a, input), entry) in relays.iter().zip(&inputs).zip(entries) {
+        let (Some(_), Some(e)) = (input, entry) else {
+            continue;
+        };
+        let same = e.model_id == a.ack.result.model_id
+            && e.vector.0.len() == a.ack.result.vector.0.len()
+            && e.vector
+                .0
+                .iter()
+                .zip(&a.ack.result.vector.0)
+                .all(|(x, y)| x.to_bits() == y.to_bits());
+        if same {
+            out.insert(a.id.clone(), e.by);
+        }
+    }
+    Ok(out)
 }
 
 /// Reads the sampled jobs' texts and results, and checks them off the request's path.
@@ -347,4 +461,92 @@ pub async fn resolve_cached(state: &AppState, jobs: &mut [ClaimedJob], now: u64)
     state.metrics.add(|c| &c.jobs_resolved_at_claim, done);
     state.metrics.record_acks(now, done);
     publish_finished(state, done_ids, Vec::new()).await;
+}
+
+/// Where a result of a model the server cannot run stands in k-of-n agreement.
+enum Agreement {
+    /// `k` identities sent this vector: the result is final; `dissenters` sent another one.
+    Reached {
+        /// Identities that proposed a different vector for the job.
+        dissenters: Vec<String>,
+    },
+    /// Not final: the answer for this ack (`Pending`: the job was given back for another
+    /// identity; `LeaseLost`: the caller does not hold it).
+    Not(AckItemOutcome),
+}
+
+/// The digest a proposal is compared by: SHA-256 of the vector's little-endian bits.
+fn vector_digest(v: &[f32]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for x in v {
+        h.update(x.to_le_bytes());
+    }
+    h.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Records `item` as `writer`'s proposal for its job (only while it holds the lease) and says
+/// whether `k` identities now agree; when they do not, the job goes back to the queue (a nack
+/// `awaiting_agreement` with the usual backoff, so a job no other identity takes is
+/// dead-lettered after the server's attempts, with that reason).
+async fn agree(state: &AppState, writer: &Writer, item: &AckItem, k: u32) -> Result<Agreement> {
+    let now = state.now();
+    let (id, token) = (&item.id, &item.ack.token);
+    if state
+        .store
+        .heartbeat(id, token, state.config.lease_ms, now)
+        .await?
+        .is_none()
+    {
+        return Ok(Agreement::Not(AckItemOutcome::LeaseLost));
+    }
+    let digest = vector_digest(&item.ack.result.vector.0);
+    let all = state.store.propose(id, &writer.sub, &digest).await?;
+    let same = all.iter().filter(|(_, d)| *d == digest).count();
+    if same >= k as usize {
+        let dissenters = all
+            .into_iter()
+            .filter(|(_, d)| *d != digest)
+            .map(|(s, _)| s)
+            .collect();
+        return Ok(Agreement::Reached { dissenters });
+    }
+    let attempt = state.store.status(id).await?.map_or(1, |s| s.attempt);
+    let error = ternflow_core::protocol::JobError {
+        code: "awaiting_agreement".to_owned(),
+        message: format!("{same} of the {k} identities that must agree sent this vector"),
+        retryable: true,
+    };
+    let retry_at = now + state.config.backoff_ms(attempt);
+    let nacked = state
+        .store
+        .nack(id, token, error, retry_at, state.config.max_attempts, now)
+        .await?;
+    Ok(Agreement::Not(match nacked {
+        Some(r) => {
+            state.metrics.add(|c| &c.results_pending_agreement, 1);
+            if r == ternflow_core::protocol::NackResponse::Dead {
+                state.metrics.add(|c| &c.jobs_dead, 1);
+                publish_finished(state, Vec::new(), vec![id.clone()]).await;
+            }
+            AckItemOutcome::Pending
+        }
+        None => AckItemOutcome::LeaseLost,
+    }))
+}
+
+/// A job's result is final by agreement: its proposals are forgotten, and every identity that
+/// proposed another vector is quarantined.
+async fn settle_agreement(state: &AppState, id: &str, dissenters: Vec<String>) {
+    if let Err(e) = state.store.clear_proposals(id).await {
+        tracing::warn!(error = %e, job = %id, "clearing proposals");
+    }
+    for sub in dissenters {
+        let reason =
+            format!("j:{id}: its vector differs from the one the agreeing identities sent");
+        verifier::condemn(state, &std::sync::Arc::from(sub.as_str()), reason).await;
+    }
 }

@@ -120,6 +120,18 @@ pub(crate) async fn data(Ctx(state): Ctx, Query(q): Query<SinceQuery>) -> Result
     for (name, v) in ["engine", "backend", "local", "remote"].iter().zip(sources) {
         counters.insert(format!("acked_{name}"), v);
     }
+    // Each row's identity marked when it is quarantined (the default tenant's identities).
+    let quarantined: std::collections::HashSet<String> = state
+        .store
+        .quarantined(1_000)
+        .await?
+        .into_iter()
+        .map(|(sub, _)| sub)
+        .collect();
+    let mut workers = state.metrics.worker_rows(now);
+    for w in &mut workers {
+        w.quarantined = quarantined.contains(&w.sub);
+    }
     Ok(Json(Dashboard {
         now,
         model_id: state.default_model_id.to_string(),
@@ -127,7 +139,7 @@ pub(crate) async fn data(Ctx(state): Ctx, Query(q): Query<SinceQuery>) -> Result
         queue,
         counters,
         ack_rate: state.metrics.ack_rate(now),
-        workers: state.metrics.worker_rows(now),
+        workers,
         samples: state.series.since(q.since.unwrap_or(0)),
         alerts: state.series.alerts(),
     }))

@@ -301,7 +301,8 @@ pub(crate) async fn ack(
             id: r.id,
             first: true,
         })),
-        AckItemOutcome::Repeated => Ok(Json(AckResponse {
+        // Pending (k-of-n agreement): this ack is taken; the job is not final yet.
+        AckItemOutcome::Repeated | AckItemOutcome::Pending => Ok(Json(AckResponse {
             id: r.id,
             first: false,
         })),

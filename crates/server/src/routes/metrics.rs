@@ -36,6 +36,7 @@ pub(crate) async fn stats(Ctx(state): Ctx) -> Result<Json<Stats>> {
 
 pub(crate) async fn push(
     Ctx(state): Ctx,
+    axum::Extension(caller): axum::Extension<crate::limits::Caller>,
     headers: axum::http::HeaderMap,
     Json(snap): Json<WorkerMetrics>,
 ) -> Result<StatusCode> {
@@ -54,6 +55,8 @@ pub(crate) async fn push(
         .get(header::USER_AGENT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    state.metrics.push_worker_from(snap, ua, state.now());
+    state
+        .metrics
+        .push_worker_from(snap, ua, &caller.sub, state.now());
     Ok(StatusCode::NO_CONTENT)
 }

@@ -85,6 +85,26 @@ where
     standing_counts_and_quarantines(make().await).await;
     provenance_index_and_undo(make().await).await;
     cache_entries_keep_their_writer(make().await).await;
+    proposals_per_job_and_identity(make().await).await;
+}
+
+async fn proposals_per_job_and_identity<S: Store>(s: S) {
+    let p = s.propose("j1", "a", "d1").await.unwrap();
+    assert_eq!(p, vec![("a".to_owned(), "d1".to_owned())]);
+    s.propose("j2", "a", "other job").await.unwrap();
+    s.propose("j1", "b", "d2").await.unwrap();
+    let p = s.propose("j1", "a", "d2").await.unwrap();
+    assert_eq!(
+        p,
+        vec![
+            ("a".to_owned(), "d2".to_owned()),
+            ("b".to_owned(), "d2".to_owned())
+        ],
+        "one proposal per identity, the latest"
+    );
+    s.clear_proposals("j1").await.unwrap();
+    assert_eq!(s.propose("j1", "c", "d3").await.unwrap().len(), 1);
+    assert_eq!(s.propose("j2", "b", "x").await.unwrap().len(), 2);
 }
 
 fn by(sub: &str) -> ternflow_core::protocol::Provenance {

@@ -74,6 +74,7 @@ struct Inner {
     fence: u64,
     standing: HashMap<String, Standing>,
     written: HashMap<String, BTreeSet<Written>>,
+    proposals: HashMap<String, std::collections::BTreeMap<String, String>>,
 }
 
 impl Inner {
@@ -761,10 +762,14 @@ impl IntegrityStore for MemoryStore {
 
     async fn written_by(&self, sub: &str) -> Result<Vec<Written>> {
         let g = self.lock();
-        Ok(g.written
+        let mut v: Vec<Written> = g
+            .written
             .get(sub)
             .map(|w| w.iter().cloned().collect())
-            .unwrap_or_default())
+            .unwrap_or_default();
+        // In the order the other stores give: by the encoded item.
+        v.sort_by_cached_key(Written::encode);
+        Ok(v)
     }
 
     async fn job_inputs(&self, ids: &[String]) -> Result<Vec<Option<(String, String)>>> {
@@ -773,6 +778,18 @@ impl IntegrityStore for MemoryStore {
             .iter()
             .map(|id| g.jobs.get(id).map(|j| (j.text.clone(), j.model_id.clone())))
             .collect())
+    }
+
+    async fn propose(&self, id: &str, sub: &str, digest: &str) -> Result<Vec<(String, String)>> {
+        let mut g = self.lock();
+        let p = g.proposals.entry(id.to_owned()).or_default();
+        p.insert(sub.to_owned(), digest.to_owned());
+        Ok(p.iter().map(|(s, d)| (s.clone(), d.clone())).collect())
+    }
+
+    async fn clear_proposals(&self, id: &str) -> Result<()> {
+        self.lock().proposals.remove(id);
+        Ok(())
     }
 
     async fn requeue_done(&self, ids: &[String], _now: u64) -> Result<Vec<String>> {

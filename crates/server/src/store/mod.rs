@@ -398,6 +398,13 @@ pub trait IntegrityStore: Send + Sync + std::fmt::Debug + 'static {
     /// Puts finished jobs back in the queue (their result dropped, ready at once); returns the
     /// ids that were done and are queued again.
     async fn requeue_done(&self, ids: &[String], now: u64) -> Result<Vec<String>>;
+
+    /// k-of-n agreement: records that `sub` proposes the vector with `digest` for job `id`
+    /// (replacing its earlier proposal); returns every identity's proposal for the job.
+    async fn propose(&self, id: &str, sub: &str, digest: &str) -> Result<Vec<(String, String)>>;
+
+    /// Forgets job `id`'s proposals (its result is final).
+    async fn clear_proposals(&self, id: &str) -> Result<()>;
 }
 
 /// Everything the server keeps. All methods are atomic with respect to each other.

@@ -5,6 +5,7 @@
 //! | `P:standing:{sub}` | hash | `verified` (count), `q_at`, `q_reason` while quarantined |
 //! | `P:quarantined` | zset | quarantined subs, score = since |
 //! | `P:wrote:{sub}` | set | what the sub wrote: `j:{job id}`, `c:{cache key}` |
+//! | `P:prop:{job id}` | hash | k-of-n agreement: sub → digest of its proposed vector |
 
 use async_trait::async_trait;
 
@@ -147,6 +148,30 @@ impl IntegrityStore for RedisStore {
             .into_iter()
             .map(|(t, m)| Some((t?, m.unwrap_or_default())))
             .collect())
+    }
+
+    async fn propose(&self, id: &str, sub: &str, digest: &str) -> Result<Vec<(String, String)>> {
+        let mut con = self.con.clone();
+        let k = self.key("prop", id);
+        let (mut all,): (Vec<(String, String)>,) = redis::pipe()
+            .hset(&k, sub, digest)
+            .ignore()
+            .hgetall(&k)
+            .query_async(&mut con)
+            .await
+            .map_err(store_err)?;
+        all.sort();
+        Ok(all)
+    }
+
+    async fn clear_proposals(&self, id: &str) -> Result<()> {
+        let mut con = self.con.clone();
+        let _: u64 = redis::cmd("DEL")
+            .arg(self.key("prop", id))
+            .query_async(&mut con)
+            .await
+            .map_err(store_err)?;
+        Ok(())
     }
 
     async fn requeue_done(&self, ids: &[String], _now: u64) -> Result<Vec<String>> {

@@ -151,6 +151,37 @@ impl IntegrityStore for SqliteStore {
         .await
     }
 
+    async fn propose(&self, id: &str, sub: &str, digest: &str) -> Result<Vec<(String, String)>> {
+        let (id, sub, digest) = (id.to_owned(), sub.to_owned(), digest.to_owned());
+        self.run(move |conn, _| {
+            conn.prepare_cached(
+                "INSERT INTO proposals (job, sub, digest) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT(job, sub) DO UPDATE SET digest = excluded.digest",
+            )
+            .and_then(|mut st| st.execute(params![id, sub, digest]))
+            .map_err(db_err)?;
+            let mut st = conn
+                .prepare_cached("SELECT sub, digest FROM proposals WHERE job = ?1 ORDER BY sub")
+                .map_err(db_err)?;
+            let rows = st
+                .query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(db_err)?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(db_err)
+        })
+        .await
+    }
+
+    async fn clear_proposals(&self, id: &str) -> Result<()> {
+        let id = id.to_owned();
+        self.run(move |conn, _| {
+            conn.prepare_cached("DELETE FROM proposals WHERE job = ?1")
+                .and_then(|mut st| st.execute([id]))
+                .map(|_| ())
+                .map_err(db_err)
+        })
+        .await
+    }
+
     async fn requeue_done(&self, ids: &[String], _now: u64) -> Result<Vec<String>> {
         let ids = ids.to_vec();
         self.run(move |conn, c| {

@@ -74,3 +74,11 @@ CREATE TABLE IF NOT EXISTS written (
   item TEXT NOT NULL,
   PRIMARY KEY (sub, item)
 ) WITHOUT ROWID;
+-- k-of-n agreement: each identity's proposed vector (its digest) for a job of a model the
+-- server cannot run, until the job's result is final.
+CREATE TABLE IF NOT EXISTS proposals (
+  job    TEXT NOT NULL,
+  sub    TEXT NOT NULL,
+  digest TEXT NOT NULL,
+  PRIMARY KEY (job, sub)
+) WITHOUT ROWID;
