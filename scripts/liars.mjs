@@ -42,6 +42,13 @@ for (let i = 2; i < process.argv.length; i++) {
 const log = (...a) => console.log(...a);
 const failed = [];
 const tmp = mkdtempSync(join(tmpdir(), "ternflow-liars-"));
+// A request again on a network error: the server closes kept-alive connections idle past its
+// header timeout, and a pooled one may be reused just as it does.
+const fetchRetry = async (url, init) => {
+  for (let i = 0; ; i++) {
+    try { return await fetch(url, init); } catch (e) { if (i >= 4) throw e; await sleep(100); }
+  }
+};
 const freePort = () => new Promise((res) => { const s = netServer(); s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => res(p)); }); });
 
 // ---- signed tokens, one identity each -------------------------------------------------------
@@ -62,6 +69,8 @@ const server = spawn(args.bin, ["serve", "--addr", `127.0.0.1:${port}`, "--data-
   { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, TERNFLOW_JWT_KEYS: `k1:hs256:${secret.toString("base64")}`, RUST_LOG: "warn" } });
 let serverErr = "";
 server.stderr.on("data", (d) => { serverErr = (serverErr + d).slice(-20000); });
+server.on("exit", (code, sig) => { if (!stopping) { console.error(`server exited (${code ?? sig}):\n${serverErr}`); process.exit(1); } });
+let stopping = false;
 const base = `http://127.0.0.1:${port}`;
 for (let i = 0; ; i++) {
   try { if ((await fetch(base + "/healthz")).ok) break; } catch {}
@@ -118,7 +127,7 @@ async function runLiar(l) {
   const token = mint("worker", l.sub);
   const h = { authorization: "Bearer " + token, "content-type": "application/json" };
   for (;;) {
-    const r = await fetch(base + "/v1/jobs/claim", { method: "POST", headers: h, body: JSON.stringify({ worker: l.sub, max: 16, wait_ms: 1000 }) });
+    const r = await fetchRetry(base + "/v1/jobs/claim", { method: "POST", headers: h, body: JSON.stringify({ worker: l.sub, max: 16, wait_ms: 1000 }) });
     if (r.status === 403) { l.caught = true; l.refusedAt = "claim"; return; }
     if (!r.ok) { await sleep(200); continue; }
     const { jobs } = await r.json();
@@ -133,7 +142,7 @@ async function runLiar(l) {
         cache: { key: keyOf(j.text), fence: j.lease.fence } });
     }
     if (!acks.length) continue;
-    const a = await fetch(base + "/v1/jobs/ack", { method: "POST", headers: h, body: JSON.stringify({ acks, worker: l.sub }) });
+    const a = await fetchRetry(base + "/v1/jobs/ack", { method: "POST", headers: h, body: JSON.stringify({ acks, worker: l.sub }) });
     if (a.status === 403) { l.caught = true; l.refusedAt = "ack"; return; }
     if (a.ok) {
       const res = (await a.json()).results;
@@ -218,7 +227,7 @@ for (let i = 0; i < st.length; i++) {
 }
 for (let i = 0; i < cacheChecks.length; i += 64) {
   await Promise.all(cacheChecks.slice(i, i + 64).map(async ([key, want]) => {
-    const r = await fetch(`${base}/v1/cache/${key}`, { headers: { authorization: "Bearer " + mint("admin", "operator") } });
+    const r = await fetchRetry(`${base}/v1/cache/${key}`, { headers: { authorization: "Bearer " + mint("admin", "operator") } });
     if (r.status === 404) { cacheMissing++; return; }
     if ((await r.json()).vector !== want) poisonedCache++;
   }));
@@ -246,6 +255,7 @@ log(`verification engine time ${verifyMs.toFixed(0)} ms of the server's ${cpu} m
 log(`poisoned results left: ${poisonedResults}; poisoned cache entries left: ${poisonedCache} (${cacheMissing} absent); honest identities flagged: ${honestFlagged.length}`);
 await browser.close();
 stat.close();
+stopping = true;
 server.kill("SIGTERM");
 rmSync(tmp, { recursive: true, force: true });
 if (failed.length) { log("\nliars: FAILED\n  " + failed.join("\n  ")); process.exit(1); }

@@ -131,6 +131,8 @@ impl Embedder for HashEmbedder {
 struct Pending {
     texts: Vec<String>,
     reply: oneshot::Sender<std::result::Result<Vec<Vec<f32>>, String>>,
+    /// Recomputing workers' results (its share of the engine's time is counted apart).
+    verify: bool,
 }
 
 /// The embed batcher. Cheap to clone.
@@ -180,7 +182,18 @@ impl Batcher {
                 let out = tokio::task::spawn_blocking(move || e.embed_batch(&texts))
                     .await
                     .unwrap_or_else(|e| Err(format!("embed task failed: {e}")));
-                metrics.observe_embed(started.elapsed().as_secs_f64() * 1_000.0);
+                let took = started.elapsed();
+                metrics.observe_embed(took.as_secs_f64() * 1_000.0);
+                // The engine time of the batch, shared out by texts: verification's part.
+                let verifying: usize = batch
+                    .iter()
+                    .filter(|p| p.verify)
+                    .map(|p| p.texts.len())
+                    .sum();
+                if verifying > 0 && n > 0 {
+                    let us = took.as_micros() as u64 * verifying as u64 / n as u64;
+                    metrics.add(|c| &c.verify_micros, us);
+                }
                 match out {
                     Ok(vectors) if vectors.len() == n => {
                         let mut it = vectors.into_iter();
@@ -222,9 +235,26 @@ impl Batcher {
     /// [`Error::TooManyRequests`] when the queue is full; [`Error::Unavailable`] when inference
     /// failed.
     pub async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
+        self.embed_for(texts, false).await
+    }
+
+    /// [`Batcher::embed`] for recomputing workers' results: the engine time it takes is counted
+    /// in `verify_micros`.
+    ///
+    /// # Errors
+    /// As [`Batcher::embed`].
+    pub async fn embed_to_verify(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
+        self.embed_for(texts, true).await
+    }
+
+    async fn embed_for(&self, texts: Vec<String>, verify: bool) -> Result<Vec<Vec<f32>>> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .try_send(Pending { texts, reply })
+            .try_send(Pending {
+                texts,
+                reply,
+                verify,
+            })
             .map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => Error::TooManyRequests {
                     message: "the embed queue is full".to_owned(),

@@ -660,3 +660,71 @@ async fn cache_writes_carry_their_text_and_are_checked() {
     let r = api.get(Some(WORKER_B64), &path).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
 }
+
+/// The engine gives the same bits on every kernel, so an honest worker is never flagged
+/// whatever kernel it runs: the server (its best native kernel) recomputes, on probation,
+/// every result the worker computed with each kernel this machine has (scalar over `i8` rows,
+/// AVX2 over row pairs), with the shipped model. The wasm kernel is held to the same bits by
+/// `tests/node/engine.test.mjs` and by every browser and chaos test against a verifying server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_honest_worker_on_any_kernel_is_never_flagged() {
+    use ternflow_engine::{Engine, Kernel};
+    let bytes = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../models/ternlight-int4.bin"
+    ))
+    .unwrap();
+    let server_engine = ternflow_server::EngineEmbedder::from_bytes(&bytes).unwrap();
+    let model = server_engine.model_id();
+    let cfg = Config {
+        verify: policy(1_000, 1.0),
+        ..Config::default()
+    };
+    let state = AppState::new(Arc::new(MemoryStore::new()), tokens(), cfg)
+        .with_clock(Arc::new(FakeClock::new(1_000_000)))
+        .with_embedder(Arc::new(server_engine));
+    let api = Api(ternflow_server::app(state.clone()));
+    let corpus = include_str!("../../engine/tests/data/determinism_corpus.txt");
+    let texts: Vec<String> = corpus
+        .lines()
+        .step_by(12) // short, long (past the token window) and non-ASCII texts alike
+        .map(str::to_owned)
+        .collect();
+    let mut worker = Engine::from_bytes(&bytes).unwrap();
+    let kernels = Kernel::available();
+    let mut n = 0;
+    for (round, &k) in kernels.iter().enumerate() {
+        worker.set_kernel(k);
+        let tagged: Vec<String> = texts.iter().map(|t| format!("{t} ({round})")).collect();
+        enqueue(&api, &tagged).await;
+        loop {
+            let jobs = claim_as(&api, WORKER, 16).await;
+            if jobs.is_empty() {
+                break;
+            }
+            let acks: Vec<AckItem> = jobs
+                .iter()
+                .map(|j| AckItem {
+                    id: j["id"].as_str().unwrap().to_owned(),
+                    ack: ack_body(j, worker.embed(j["text"].as_str().unwrap()), &model, true),
+                })
+                .collect();
+            n += acks.len();
+            let r = api
+                .post(
+                    Some(WORKER),
+                    "/v1/jobs/ack",
+                    serde_json::to_value(AckBatchRequest { acks, worker: None }).unwrap(),
+                )
+                .await;
+            assert_eq!(r.status, StatusCode::OK, "kernel {}: {}", k.name(), r.text);
+        }
+    }
+    assert_eq!(n, texts.len() * kernels.len());
+    assert!(
+        kernels.len() >= 2 || !cfg!(target_arch = "x86_64"),
+        "{kernels:?}"
+    );
+    assert_eq!(state.metrics().counter_value("results_verified"), n as u64);
+    assert_eq!(state.metrics().counter_value("quarantines"), 0);
+}

@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use ternflow_core::protocol::{InvalidateEvent, JobState, ServerEvent};
 use tokio::sync::Notify;
@@ -158,12 +157,8 @@ pub async fn recompute(state: &AppState, items: &[Item]) -> Result<Vec<Option<St
     let Some(b) = &state.embed else {
         return Ok(vec![None; items.len()]);
     };
-    let t0 = Instant::now();
     let texts: Vec<String> = items.iter().map(|i| i.text.clone()).collect();
-    let want = b.embed(texts).await?;
-    state
-        .metrics
-        .add(|c| &c.verify_micros, t0.elapsed().as_micros() as u64);
+    let want = b.embed_to_verify(texts).await?;
     let tol = policy(state).tolerance;
     Ok(items
         .iter()
