@@ -59,7 +59,7 @@ counters! {
     results_unverifiable: "Results of a model the server cannot run, accepted unverified.",
     results_pending_agreement: "Results of a model the server cannot run held until enough identities agree (k-of-n), the job given back.",
     results_mismatched: "Results and cache writes the server recomputed and found different (the writer is quarantined).",
-    verify_micros: "Engine time spent recomputing workers' results (microseconds; each engine batch's time shared out by texts).",
+    verify_micros: "Engine CPU time spent recomputing workers' results (microseconds of thread CPU time; each engine batch's shared out by texts).",
     quarantines: "Writers quarantined.",
     quarantines_lifted: "Quarantines lifted by an admin.",
     undone_results: "Finished jobs re-queued because their writer was quarantined.",
