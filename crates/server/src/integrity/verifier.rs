@@ -17,6 +17,8 @@ use crate::store::{Quarantine, Standing, Written};
 const STANDING_TTL_MS: u64 = 1_000;
 /// Standings cached before the table is started afresh.
 const MAX_CACHED: usize = 100_000;
+/// Jobs (statuses read together) and cache keys (one `cache_get_many`) per step of an undo.
+const UNDO_CHUNK: usize = 256;
 /// Cache keys per `invalidate` event.
 const KEYS_PER_EVENT: usize = 256;
 /// The undo runs again this long after a quarantine (ms), for writes that were already past
@@ -266,27 +268,37 @@ pub async fn undo(state: &AppState, sub: &str) -> (usize, usize) {
         }
     };
     let now = state.now();
-    let mut jobs = Vec::new();
-    let mut keys = Vec::new();
+    let (mut job_ids, mut cache_keys) = (Vec::new(), Vec::new());
     for w in written {
         match w {
-            Written::Job(id) => {
-                if let Ok(Some(s)) = state.store.status(&id).await {
-                    if let JobState::Done { result } = &s.state {
-                        if result.by.as_ref().is_some_and(|b| b.sub == sub) {
-                            jobs.push(id);
-                        }
-                    }
+            Written::Job(id) => job_ids.push(id),
+            Written::Cache(key) => cache_keys.push(key),
+        }
+    }
+    let by_sub =
+        |b: &Option<ternflow_core::protocol::Provenance>| b.as_ref().is_some_and(|b| b.sub == sub);
+    // Only what still carries its name: an honest writer may have replaced an entry since.
+    let mut jobs = Vec::new();
+    for chunk in job_ids.chunks(UNDO_CHUNK) {
+        let found = futures_util::future::join_all(chunk.iter().map(|id| state.store.status(id)));
+        for (id, s) in chunk.iter().zip(found.await) {
+            if let Ok(Some(s)) = s {
+                if matches!(&s.state, JobState::Done { result } if by_sub(&result.by)) {
+                    jobs.push(id.clone());
                 }
             }
-            Written::Cache(key) => {
-                if let Ok(Some(e)) = state.store.cache_get(&key, now).await {
-                    if e.by.as_ref().is_some_and(|b| b.sub == sub)
-                        && state.store.cache_delete(&key).await.unwrap_or(false)
-                    {
-                        keys.push(key);
-                    }
-                }
+        }
+    }
+    let mut keys = Vec::new();
+    for chunk in cache_keys.chunks(UNDO_CHUNK) {
+        let Ok(entries) = state.store.cache_get_many(chunk, now).await else {
+            continue;
+        };
+        for (key, e) in chunk.iter().zip(entries) {
+            if e.is_some_and(|e| by_sub(&e.by))
+                && state.store.cache_delete(key).await.unwrap_or(false)
+            {
+                keys.push(key.clone());
             }
         }
     }

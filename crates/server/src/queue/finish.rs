@@ -220,7 +220,7 @@ pub async fn finish(
                     && verifier::can_verify(state, &result.model_id)
                     && verifier::sampled(state)
                 {
-                    sample.push(item.id.clone());
+                    sample.push((item.id.clone(), result.vector.0.clone()));
                 }
                 if let Some(c) = item.ack.cache {
                     if write_key_ok(state, &item.id, &c, &result.model_id, &text_hash) {
@@ -323,8 +323,10 @@ async fn relayed_from_cache(
     Ok(out)
 }
 
-/// Reads the sampled jobs' texts and results, and checks them off the request's path.
-async fn sample_later(state: &AppState, writer: &Writer, ids: Vec<String>) {
+/// Reads the sampled jobs' texts (their vectors are the ones just stored), and checks them off
+/// the request's path.
+async fn sample_later(state: &AppState, writer: &Writer, sampled: Vec<(String, Vec<f32>)>) {
+    let ids: Vec<String> = sampled.iter().map(|(id, _)| id.clone()).collect();
     let inputs = match state.store.job_inputs(&ids).await {
         Ok(i) => i,
         Err(e) => {
@@ -332,19 +334,17 @@ async fn sample_later(state: &AppState, writer: &Writer, ids: Vec<String>) {
             return;
         }
     };
-    let mut items = Vec::new();
-    for (id, input) in ids.into_iter().zip(inputs) {
-        let Some((text, _)) = input else { continue };
-        if let Ok(Some(s)) = state.store.status(&id).await {
-            if let ternflow_core::protocol::JobState::Done { result } = s.state {
-                items.push(Item {
-                    written: Written::Job(id),
-                    text,
-                    vector: result.vector.0,
-                });
-            }
-        }
-    }
+    let items = sampled
+        .into_iter()
+        .zip(inputs)
+        .filter_map(|((id, vector), input)| {
+            Some(Item {
+                written: Written::Job(id),
+                text: input?.0,
+                vector,
+            })
+        })
+        .collect();
     verifier::check_later(state, writer, items);
 }
 
