@@ -75,6 +75,43 @@ async fn claim_as(api: &Api, token: &str, max: u32) -> Vec<Value> {
     r.json["jobs"].as_array().cloned().unwrap_or_default()
 }
 
+/// Claims and acks, as `token`, every job there is, batch by batch, with the vector `embed` gives
+/// each text (and its cache write); how many it acked.
+async fn drain(
+    api: &Api,
+    token: &str,
+    model: &str,
+    mut embed: impl FnMut(&str) -> Vec<f32>,
+) -> usize {
+    let mut n = 0;
+    loop {
+        let jobs = claim_as(api, token, 16).await;
+        if jobs.is_empty() {
+            return n;
+        }
+        let acks: Vec<AckItem> = jobs
+            .iter()
+            .map(|j| AckItem {
+                id: j["id"].as_str().unwrap().to_owned(),
+                ack: ack_body(j, embed(j["text"].as_str().unwrap()), model, true),
+            })
+            .collect();
+        n += acks.len();
+        let body = serde_json::to_value(AckBatchRequest { acks, worker: None }).unwrap();
+        let r = api.post(Some(token), "/v1/jobs/ack", body).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        assert!(
+            r.json["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|x| x["outcome"] == "done"),
+            "{}",
+            r.text
+        );
+    }
+}
+
 fn ack_body(job: &Value, vector: Vec<f32>, model: &str, cache: bool) -> AckRequest {
     let text = job["text"].as_str().unwrap();
     AckRequest {
@@ -225,6 +262,11 @@ async fn a_liar_on_probation_is_caught_on_its_first_result_and_nothing_is_served
         StatusCode::FORBIDDEN,
         "workers cannot lift"
     );
+    // A name with a newline never reaches the audit log.
+    let r = api
+        .delete(Some(ADMIN), "/v1/quarantine/a%0Aforged%20line")
+        .await;
+    assert_eq!(r.json["error"]["code"], "bad_id", "{}", r.text);
     let r = api
         .delete(Some(ADMIN), &format!("/v1/quarantine/{sub}"))
         .await;
@@ -375,29 +417,7 @@ async fn quarantine_requeues_results_deletes_cache_entries_and_tells_browsers() 
     assert_eq!(state.metrics().counter_value("undone_results"), 7);
     assert_eq!(state.metrics().counter_value("undone_cache_entries"), 6);
     // An honest identity redoes them all; nothing poisoned is ever served again.
-    let mut redone = 0;
-    loop {
-        let jobs = claim_as(&api, WORKER_B64, 16).await;
-        if jobs.is_empty() {
-            break;
-        }
-        let acks: Vec<AckItem> = jobs
-            .iter()
-            .map(|j| AckItem {
-                id: j["id"].as_str().unwrap().to_owned(),
-                ack: ack_body(j, embed(j["text"].as_str().unwrap()), &model(), true),
-            })
-            .collect();
-        redone += acks.len();
-        let r = api
-            .post(
-                Some(WORKER_B64),
-                "/v1/jobs/ack",
-                serde_json::to_value(AckBatchRequest { acks, worker: None }).unwrap(),
-            )
-            .await;
-        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
-    }
+    let redone = drain(&api, WORKER_B64, &model(), embed).await;
     assert_eq!(redone, 7);
     for t in &all {
         let key = cache_key(&model(), t);
@@ -697,28 +717,7 @@ async fn an_honest_worker_on_any_kernel_is_never_flagged() {
         worker.set_kernel(k);
         let tagged: Vec<String> = texts.iter().map(|t| format!("{t} ({round})")).collect();
         enqueue(&api, &tagged).await;
-        loop {
-            let jobs = claim_as(&api, WORKER, 16).await;
-            if jobs.is_empty() {
-                break;
-            }
-            let acks: Vec<AckItem> = jobs
-                .iter()
-                .map(|j| AckItem {
-                    id: j["id"].as_str().unwrap().to_owned(),
-                    ack: ack_body(j, worker.embed(j["text"].as_str().unwrap()), &model, true),
-                })
-                .collect();
-            n += acks.len();
-            let r = api
-                .post(
-                    Some(WORKER),
-                    "/v1/jobs/ack",
-                    serde_json::to_value(AckBatchRequest { acks, worker: None }).unwrap(),
-                )
-                .await;
-            assert_eq!(r.status, StatusCode::OK, "kernel {}: {}", k.name(), r.text);
-        }
+        n += drain(&api, WORKER, &model, |t| worker.embed(t)).await;
     }
     assert_eq!(n, texts.len() * kernels.len());
     assert!(

@@ -165,6 +165,12 @@ fn is_clean(s: &str, max: usize) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'@' | b'-'))
 }
 
+/// Whether `s` can be a writer identity ([`writer_id`], [`static_writer_id`]): 1–128
+/// characters of `[A-Za-z0-9._:@-]` (what an admin names in `DELETE /v1/quarantine/{sub}`).
+pub fn is_writer_id(s: &str) -> bool {
+    is_clean(s, 128)
+}
+
 /// A worker name fit to record: 1–128 characters of `[A-Za-z0-9._:@-]`; anything else is
 /// dropped (a name is self-reported: it must not carry newlines or escapes into logs).
 pub fn worker_name(name: Option<&str>) -> Option<String> {

@@ -46,8 +46,12 @@ pub(crate) async fn list(Ctx(state): Ctx) -> Result<Json<QuarantineList>> {
 }
 
 pub(crate) async fn lift(Ctx(state): Ctx, Path(sub): Path<String>) -> Result<StatusCode> {
-    if sub.is_empty() || sub.len() > 200 {
-        return Err(Error::bad_request("bad_id", "a sub is 1–200 bytes"));
+    // Checked before it reaches the audit log: no newlines or escapes from the path.
+    if !crate::integrity::is_writer_id(&sub) {
+        return Err(Error::bad_request(
+            "bad_id",
+            "a worker identity is 1–128 characters of [A-Za-z0-9._:@-]",
+        ));
     }
     if verifier::lift(&state, &sub).await? {
         Ok(StatusCode::NO_CONTENT)
