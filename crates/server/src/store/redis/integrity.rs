@@ -52,26 +52,12 @@ impl IntegrityStore for RedisStore {
     }
 
     async fn quarantine(&self, sub: &str, q: Quarantine) -> Result<bool> {
-        let mut con = self.con.clone();
-        let k = self.key("standing", sub);
-        let first: bool = redis::cmd("HSETNX")
-            .arg(&k)
-            .arg("q_at")
-            .arg(q.at)
-            .query_async(&mut con)
-            .await
-            .map_err(store_err)?;
-        if first {
-            let _: () = redis::pipe()
-                .hset(&k, "q_reason", &q.reason)
-                .ignore()
-                .zadd(format!("{}:quarantined", self.prefix), sub, q.at)
-                .ignore()
-                .query_async(&mut con)
-                .await
-                .map_err(store_err)?;
-        }
-        Ok(first)
+        let n: i64 = self
+            .invoke(&self.scripts.quarantine, |i| {
+                i.arg(sub).arg(q.at).arg(&q.reason);
+            })
+            .await?;
+        Ok(n == 1)
     }
 
     async fn lift_quarantine(&self, sub: &str) -> Result<bool> {

@@ -82,6 +82,8 @@ const CACHE_PUT: &str = include_str!("cache_put.lua");
 
 const REQUEUE_DONE: &str = include_str!("requeue_done.lua");
 
+const QUARANTINE: &str = include_str!("quarantine.lua");
+
 const LOCK_ACQUIRE: &str = include_str!("lock_acquire.lua");
 
 const LOCK_RENEW: &str = include_str!("lock_renew.lua");
@@ -102,6 +104,7 @@ struct Scripts {
     redrive: Script,
     cache_put: Script,
     requeue_done: Script,
+    quarantine: Script,
     lock_acquire: Script,
     lock_renew: Script,
     lock_release: Script,
@@ -128,6 +131,7 @@ impl Scripts {
             redrive: s(REDRIVE),
             cache_put: s(CACHE_PUT),
             requeue_done: s(REQUEUE_DONE),
+            quarantine: s(QUARANTINE),
             lock_acquire: s(LOCK_ACQUIRE),
             lock_renew: s(LOCK_RENEW),
             lock_release: s(LOCK_RELEASE),
