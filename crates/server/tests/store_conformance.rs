@@ -132,6 +132,34 @@ async fn sqlite_refuses_a_file_that_is_not_a_database() {
     assert!(err.to_string().contains("not a database"), "{err}");
 }
 
+/// A database made before cache entries recorded their writer gains the column on open, and
+/// keeps its entries.
+#[tokio::test]
+async fn sqlite_migrates_a_cache_without_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let c = rusqlite::Connection::open(dir.path().join("ternflow.sqlite3")).unwrap();
+        c.execute_batch(
+            "CREATE TABLE cache (key TEXT PRIMARY KEY, model_id TEXT NOT NULL, \
+             vector BLOB NOT NULL, fence INTEGER NOT NULL, expires_at INTEGER NOT NULL) \
+             WITHOUT ROWID; \
+             INSERT INTO cache VALUES ('m:k', 'm', x'0000803f', 3, 1000000);",
+        )
+        .unwrap();
+    }
+    let s = SqliteStore::open(dir.path(), Synchronous::Normal).unwrap();
+    let e = s
+        .cache_get("m:k", 10)
+        .await
+        .unwrap()
+        .expect("the old entry");
+    assert_eq!((e.vector.0, e.fence, e.by), (vec![1.0], 3, None));
+    drop(s);
+    // Opening again does nothing more.
+    let s = SqliteStore::open(dir.path(), Synchronous::Normal).unwrap();
+    assert!(s.cache_get("m:k", 10).await.unwrap().is_some());
+}
+
 #[tokio::test]
 async fn sqlite_done_retention_forgets_finished_jobs() {
     let dir = tempfile::tempdir().unwrap();
