@@ -19,40 +19,11 @@ use subtle::ConstantTimeEq;
 
 use crate::clock::Clock;
 use crate::error::Error;
+use crate::identity::{static_writer_id, writer_id, Identity, DEFAULT_TENANT};
 use crate::jwt::Keys;
-use crate::limits::{Caller, Limits};
-use crate::tenants::DEFAULT_TENANT;
+use crate::limits::Limits;
 
-/// What a token may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Role {
-    /// Enqueues jobs.
-    Producer,
-    /// Processes jobs.
-    Worker,
-    /// Operates the server; passes every role check.
-    Admin,
-}
-
-impl Role {
-    /// The role's name in token files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Producer => "producer",
-            Role::Worker => "worker",
-            Role::Admin => "admin",
-        }
-    }
-
-    pub(crate) fn parse(s: &str) -> Option<Role> {
-        match s.trim() {
-            "producer" => Some(Role::Producer),
-            "worker" => Some(Role::Worker),
-            "admin" => Some(Role::Admin),
-            _ => None,
-        }
-    }
-}
+pub use crate::identity::Role;
 
 /// The token table. Tokens are kept as SHA-256 digests and looked up in constant time: every
 /// entry is compared (with `subtle`), so the time a lookup takes tells nothing about how much of
@@ -98,7 +69,7 @@ impl Tokens {
             let (tok, role) = entry
                 .rsplit_once(':')
                 .ok_or_else(|| format!("token entry without `:role`: {entry:?}"))?;
-            let role = Role::parse(role).ok_or_else(|| format!("unknown role {role:?}"))?;
+            let role = Role::parse(role.trim()).ok_or_else(|| format!("unknown role {role:?}"))?;
             if tok.trim().is_empty() {
                 return Err("empty token".to_owned());
             }
@@ -170,7 +141,7 @@ fn bearer(value: &str) -> Option<String> {
 }
 
 /// Middleware: 401 without a known token, 403 when its role is not allowed, 429 when the token
-/// is over its rate. Puts the [`Caller`] on the request for the handlers.
+/// is over its rate. Puts the caller's [`Identity`] on the request for the handlers.
 pub async fn gate(State(g): State<Gate>, mut req: Request, next: Next) -> Result<Response, Error> {
     let header_token = req
         .headers()
@@ -191,7 +162,7 @@ pub async fn gate(State(g): State<Gate>, mut req: Request, next: Next) -> Result
                 .verify(&token, g.clock.now_ms() / 1_000)
                 .map_err(|e| Error::BadToken(e.to_string()))?;
             let key = digest(&token);
-            let sub = crate::integrity::writer_id(v.sub.as_deref(), &key);
+            let sub = writer_id(v.sub.as_deref(), &key);
             (
                 v.role,
                 key,
@@ -201,7 +172,7 @@ pub async fn gate(State(g): State<Gate>, mut req: Request, next: Next) -> Result
             )
         } else {
             let (role, key) = g.tokens.lookup(&token).ok_or(Error::Unauthorized)?;
-            let sub = crate::integrity::static_writer_id(&key);
+            let sub = static_writer_id(&key);
             (role, key, Arc::from(DEFAULT_TENANT), None, sub)
         };
     if role != Role::Admin && !g.roles.contains(&role) {
@@ -209,7 +180,7 @@ pub async fn gate(State(g): State<Gate>, mut req: Request, next: Next) -> Result
             g.roles.first().map_or("admin", |r| r.as_str()),
         ));
     }
-    let caller = Caller {
+    let caller = Identity {
         key,
         tenant,
         claims_per_min,

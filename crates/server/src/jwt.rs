@@ -5,7 +5,9 @@
 //! # Format
 //! Header `{"alg": "HS256" | "EdDSA", "kid": "<key id>", "typ": "JWT"}`; claims
 //! `{"role": "worker" | "producer" | "admin", "tenant": "<[a-z0-9_-]{1,64}>", "exp": <unix s>,
-//! "nbf"?: <unix s>, "iat"?: <unix s>, "sub"?: "<anything>", "claims_per_min"?: <n>}`. Refused (401): an unknown `kid`,
+//! "nbf"?: <unix s>, "iat"?: <unix s>, "sub"?: "<[A-Za-z0-9._:@-]{1,128}>", "claims_per_min"?: <1..=60000>}`;
+//! the claims are checked by [`crate::identity::check_claims`] (the role byte for byte, the
+//! tenant not `default`). Refused (401): bad claims, an unknown `kid`,
 //! an algorithm other than the key's, a bad signature, `alg: none`, a token past `exp` or before
 //! `nbf` (by the server's clock, 5 s of leeway), or one whose `exp` lies more than
 //! [`Keys::max_lifetime_s`] ahead (a leaked token must die soon).
@@ -21,7 +23,7 @@ use base64::Engine as _;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
-use crate::auth::Role;
+use crate::identity::{check_claims, Role};
 
 /// Clock skew accepted on `exp` and `nbf`, seconds.
 const LEEWAY_S: u64 = 5;
@@ -41,21 +43,17 @@ pub struct Claims {
     /// Issued at, Unix seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iat: Option<u64>,
-    /// Who it was minted for (for the app's logs; the server does not use it).
+    /// Who it was minted for: the writer identity of what the token's worker sends (results
+    /// are verified and attributed per `sub`), 1–128 characters of `[A-Za-z0-9._:@-]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sub: Option<String>,
-    /// At most this many `POST /v1/jobs/claim` per minute with this token (429 beyond).
+    /// At most this many `POST /v1/jobs/claim` per minute with this token (429 beyond):
+    /// `1..=`[`crate::identity::MAX_CLAIMS_PER_MIN`]; anything else is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claims_per_min: Option<u32>,
 }
 
-/// Whether `t` is a valid tenant name: 1–64 bytes of `[a-z0-9_-]`.
-pub fn is_valid_tenant(t: &str) -> bool {
-    !t.is_empty()
-        && t.len() <= 64
-        && t.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
-}
+pub use crate::identity::is_valid_tenant;
 
 /// A verified token's identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -222,13 +220,8 @@ impl Keys {
         if c.exp > now_s + self.max_lifetime_s + LEEWAY_S {
             return Err(TokenError::TooLong(self.max_lifetime_s));
         }
-        let role = Role::parse(&c.role)
-            .ok_or_else(|| TokenError::BadClaims(format!("unknown role {:?}", c.role)))?;
-        if !is_valid_tenant(&c.tenant) {
-            return Err(TokenError::BadClaims(
-                "tenant must be 1–64 characters of [a-z0-9_-]".into(),
-            ));
-        }
+        let role = check_claims(&c.role, &c.tenant, c.claims_per_min, c.sub.as_deref())
+            .map_err(TokenError::BadClaims)?;
         Ok(Verified {
             role,
             tenant: c.tenant,
@@ -345,6 +338,36 @@ mod tests {
         };
         let t3 = mint_hs256("k1", SECRET, &root).unwrap();
         assert!(matches!(k.verify(&t3, now), Err(TokenError::BadClaims(_))));
+        // Enumerated claims match exactly; a limit of zero is no limit and is refused; the
+        // static tokens' tenant cannot be named.
+        for bad in [
+            Claims {
+                role: "admin ".into(),
+                ..claims(now + 600)
+            },
+            Claims {
+                tenant: "default".into(),
+                ..claims(now + 600)
+            },
+            Claims {
+                claims_per_min: Some(0),
+                ..claims(now + 600)
+            },
+            Claims {
+                claims_per_min: Some(u32::MAX),
+                ..claims(now + 600)
+            },
+            Claims {
+                sub: Some("visitor\nINFO forged".into()),
+                ..claims(now + 600)
+            },
+        ] {
+            let t = mint_hs256("k1", SECRET, &bad).unwrap();
+            assert!(
+                matches!(k.verify(&t, now), Err(TokenError::BadClaims(_))),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -5,7 +5,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
-use ternflow_server::jwt::{is_valid_tenant, mint_hs256, Claims};
+use ternflow_server::identity::check_claims;
+use ternflow_server::jwt::{mint_hs256, Claims};
 
 use super::CmdResult;
 
@@ -36,7 +37,7 @@ pub struct MintArgs {
     /// `worker`, `producer` or `admin`.
     #[arg(long)]
     pub role: String,
-    /// Tenant: 1–64 characters of `[a-z0-9_-]`.
+    /// Tenant: 1–64 characters of `[a-z0-9_-]`, not `default` (the static tokens' own).
     #[arg(long)]
     pub tenant: String,
     /// Lifetime in seconds (the server refuses more than its `--max-token-lifetime-secs`).
@@ -45,7 +46,7 @@ pub struct MintArgs {
     /// Who it is for (kept in the token as `sub`, for your logs).
     #[arg(long)]
     pub sub: Option<String>,
-    /// At most this many claims a minute with this token.
+    /// At most this many claims a minute with this token (1..=60000).
     #[arg(long)]
     pub claims_per_min: Option<u32>,
 }
@@ -54,14 +55,9 @@ pub struct MintArgs {
 pub fn run(args: Args) -> CmdResult {
     match args.action {
         Action::Mint(m) => {
-            if !["worker", "producer", "admin"].contains(&m.role.as_str()) {
-                return Err(
-                    format!("--role must be worker, producer or admin, not {:?}", m.role).into(),
-                );
-            }
-            if !is_valid_tenant(&m.tenant) {
-                return Err("--tenant must be 1–64 characters of [a-z0-9_-]".into());
-            }
+            // The same checks the server makes when it verifies the token.
+            check_claims(&m.role, &m.tenant, m.claims_per_min, m.sub.as_deref())
+                .map_err(|e| format!("token mint: {e}"))?;
             let secret = STANDARD
                 .decode(m.secret.trim())
                 .map_err(|e| format!("--secret is not base64: {e}"))?;

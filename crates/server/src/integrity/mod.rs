@@ -16,7 +16,7 @@
 //!   tells browsers to drop their copies); an admin can lift it (`DELETE /v1/quarantine/{sub}`).
 //!
 //! # Layout
-//! - `mod.rs`: [`Policy`], [`Writer`] and the writer's identity.
+//! - `mod.rs`: [`Policy`] and [`Writer`] (identities themselves are `crate::identity`'s).
 //! - [`shape`]: what a vector must look like.
 //! - [`verifier`]: standings (cached), recomputation, quarantine and undo.
 
@@ -28,6 +28,8 @@ pub mod shape;
 pub mod verifier;
 
 pub use verifier::Verifier;
+
+pub use crate::identity::{is_writer_id, static_writer_id, worker_name, writer_id};
 
 /// How the server checks workers' results (`ternflow serve --verify-*`).
 #[derive(Debug, Clone, PartialEq)]
@@ -128,6 +130,15 @@ pub struct Writer {
 }
 
 impl Writer {
+    /// The caller as the writer of results, under the worker name it gives.
+    pub fn of(caller: &crate::identity::Identity, worker: Option<&str>) -> Writer {
+        Writer {
+            tenant: caller.tenant.clone(),
+            sub: caller.sub.clone(),
+            worker: worker_name(worker),
+        }
+    }
+
     /// The provenance record of a write at `at`.
     pub fn provenance(&self, at: u64, verified: bool) -> Provenance {
         Provenance {
@@ -138,43 +149,6 @@ impl Writer {
             verified,
         }
     }
-}
-
-/// A signed token's writer identity: its `sub` when that is 1–128 characters of
-/// `[A-Za-z0-9._:@-]`, else `tok:` and 16 hex digits of the token's digest.
-pub fn writer_id(sub: Option<&str>, digest: &[u8; 32]) -> String {
-    match sub {
-        Some(s) if is_clean(s, 128) => s.to_owned(),
-        _ => format!("tok:{}", hex8(digest)),
-    }
-}
-
-/// A static token's writer identity: `static:` and 16 hex digits of its digest.
-pub fn static_writer_id(digest: &[u8; 32]) -> String {
-    format!("static:{}", hex8(digest))
-}
-
-fn hex8(d: &[u8; 32]) -> String {
-    d[..8].iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn is_clean(s: &str, max: usize) -> bool {
-    !s.is_empty()
-        && s.len() <= max
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'@' | b'-'))
-}
-
-/// Whether `s` can be a writer identity ([`writer_id`], [`static_writer_id`]): 1–128
-/// characters of `[A-Za-z0-9._:@-]` (what an admin names in `DELETE /v1/quarantine/{sub}`).
-pub fn is_writer_id(s: &str) -> bool {
-    is_clean(s, 128)
-}
-
-/// A worker name fit to record: 1–128 characters of `[A-Za-z0-9._:@-]`; anything else is
-/// dropped (a name is self-reported: it must not carry newlines or escapes into logs).
-pub fn worker_name(name: Option<&str>) -> Option<String> {
-    name.filter(|n| is_clean(n, 128)).map(str::to_owned)
 }
 
 #[cfg(test)]
@@ -204,17 +178,5 @@ mod tests {
         };
         assert_eq!(cfg.verify_policy("acme").probation, 100);
         assert_eq!(cfg.verify_policy("other").probation, 32);
-    }
-
-    #[test]
-    fn identities() {
-        let d = [0xabu8; 32];
-        assert_eq!(writer_id(Some("visitor-1@app"), &d), "visitor-1@app");
-        assert_eq!(writer_id(Some("bad\nsub"), &d), "tok:abababababababab");
-        assert_eq!(writer_id(None, &d), "tok:abababababababab");
-        assert_eq!(static_writer_id(&d), "static:abababababababab");
-        assert_eq!(worker_name(Some("w1")), Some("w1".to_owned()));
-        assert_eq!(worker_name(Some("w\u{1b}[31m")), None);
-        assert_eq!(worker_name(Some("")), None);
     }
 }

@@ -9,8 +9,8 @@ use tokio::sync::Notify;
 
 use super::Writer;
 use crate::error::{Error, Result};
-use crate::state::AppState;
 use crate::store::{Quarantine, Standing, Written};
+use crate::tenants::Ctx;
 
 /// How long a standing read from the store is reused by this server (ms): a quarantine decided
 /// on another server reaches this one within it.
@@ -84,7 +84,7 @@ impl Verifier {
 ///
 /// # Errors
 /// The store's.
-pub async fn standing(state: &AppState, sub: &Arc<str>) -> Result<Standing> {
+pub(crate) async fn standing(state: &Ctx, sub: &Arc<str>) -> Result<Standing> {
     let now = state.now();
     if let Some(s) = state.verifier.cached(&state.tenant, sub, now) {
         return Ok(s);
@@ -98,7 +98,7 @@ pub async fn standing(state: &AppState, sub: &Arc<str>) -> Result<Standing> {
 ///
 /// # Errors
 /// 403 `quarantined`; the store's.
-pub async fn admit(state: &AppState, sub: &Arc<str>) -> Result<()> {
+pub(crate) async fn admit(state: &Ctx, sub: &Arc<str>) -> Result<()> {
     match standing(state, sub).await?.quarantine {
         None => Ok(()),
         Some(q) => {
@@ -115,18 +115,18 @@ pub async fn admit(state: &AppState, sub: &Arc<str>) -> Result<()> {
 ///
 /// # Errors
 /// The store's.
-pub async fn on_probation(state: &AppState, writer: &Writer) -> Result<bool> {
+pub(crate) async fn on_probation(state: &Ctx, writer: &Writer) -> Result<bool> {
     let p = policy(state);
     Ok(p.enabled && standing(state, &writer.sub).await?.verified < p.probation)
 }
 
 /// The verification policy of the state's tenant.
-pub fn policy(state: &AppState) -> super::Policy {
+pub(crate) fn policy(state: &Ctx) -> super::Policy {
     state.config.verify_policy(&state.tenant)
 }
 
 /// The dimension of `model`'s vectors when the server runs it.
-pub fn model_dim(state: &AppState, model: &str) -> Option<usize> {
+pub(crate) fn model_dim(state: &Ctx, model: &str) -> Option<usize> {
     state
         .embed
         .as_ref()
@@ -135,17 +135,17 @@ pub fn model_dim(state: &AppState, model: &str) -> Option<usize> {
 }
 
 /// Whether the server can recompute `model`'s vectors.
-pub fn can_verify(state: &AppState, model: &str) -> bool {
+pub(crate) fn can_verify(state: &Ctx, model: &str) -> bool {
     policy(state).enabled && runs(state, model)
 }
 
 /// Whether the server runs `model` (it can recompute its vectors).
-pub fn runs(state: &AppState, model: &str) -> bool {
+pub(crate) fn runs(state: &Ctx, model: &str) -> bool {
     state.embed.as_ref().is_some_and(|b| b.model_id() == model)
 }
 
 /// Draws whether one of a trusted writer's results is sampled for a check.
-pub fn sampled(state: &AppState) -> bool {
+pub(crate) fn sampled(state: &Ctx) -> bool {
     let p = policy(state).sample;
     p > 0.0 && rand::random::<f64>() < p
 }
@@ -155,7 +155,7 @@ pub fn sampled(state: &AppState) -> bool {
 ///
 /// # Errors
 /// 429 / 503 when the engine is busy or failed (nothing was decided).
-pub async fn recompute(state: &AppState, items: &[Item]) -> Result<Vec<Option<String>>> {
+pub(crate) async fn recompute(state: &Ctx, items: &[Item]) -> Result<Vec<Option<String>>> {
     let Some(b) = &state.embed else {
         return Ok(vec![None; items.len()]);
     };
@@ -191,7 +191,7 @@ pub fn differs(got: &[f32], want: &[f32], tol: f32) -> Option<String> {
 }
 
 /// Counts verified results of `writer`.
-pub async fn credit(state: &AppState, writer: &Writer, n: u64) {
+pub(crate) async fn credit(state: &Ctx, writer: &Writer, n: u64) {
     if n == 0 {
         return;
     }
@@ -209,7 +209,7 @@ pub async fn credit(state: &AppState, writer: &Writer, n: u64) {
 }
 
 /// A result of `sub` did not verify: quarantines it and undoes everything it wrote.
-pub async fn condemn(state: &AppState, sub: &Arc<str>, reason: String) {
+pub(crate) async fn condemn(state: &Ctx, sub: &Arc<str>, reason: String) {
     let now = state.now();
     state.metrics.add(|c| &c.results_mismatched, 1);
     let q = Quarantine { at: now, reason };
@@ -259,7 +259,7 @@ pub async fn condemn(state: &AppState, sub: &Arc<str>, reason: String) {
 
 /// Re-queues every finished job whose result `sub` wrote and deletes every cache entry it
 /// wrote (telling browsers with an `invalidate` event); returns how many of each.
-pub async fn undo(state: &AppState, sub: &str) -> (usize, usize) {
+pub(crate) async fn undo(state: &Ctx, sub: &str) -> (usize, usize) {
     let written = match state.store.written_by(sub).await {
         Ok(w) => w,
         Err(e) => {
@@ -336,7 +336,7 @@ pub async fn undo(state: &AppState, sub: &str) -> (usize, usize) {
 }
 
 /// Checks `items` of a trusted `writer` after they were stored, off the request's path.
-pub fn check_later(state: &AppState, writer: &Writer, items: Vec<Item>) {
+pub(crate) fn check_later(state: &Ctx, writer: &Writer, items: Vec<Item>) {
     if items.is_empty() {
         return;
     }
@@ -350,7 +350,7 @@ pub fn check_later(state: &AppState, writer: &Writer, items: Vec<Item>) {
     });
 }
 
-async fn check_stored(state: &AppState, writer: &Writer, items: &[Item]) {
+async fn check_stored(state: &Ctx, writer: &Writer, items: &[Item]) {
     // The engine may be busy with backend requests: a few tries, then the sample is dropped.
     for attempt in 0..5u32 {
         match recompute(state, items).await {
@@ -384,7 +384,7 @@ async fn check_stored(state: &AppState, writer: &Writer, items: &[Item]) {
 ///
 /// # Errors
 /// The store's.
-pub async fn lift(state: &AppState, sub: &str) -> Result<bool> {
+pub(crate) async fn lift(state: &Ctx, sub: &str) -> Result<bool> {
     let lifted = state.store.lift_quarantine(sub).await?;
     state.verifier.forget(&state.tenant, &Arc::from(sub));
     if lifted {
