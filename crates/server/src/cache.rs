@@ -5,12 +5,13 @@
 use ternflow_core::protocol::{CacheEntry, InvalidateEvent, Provenance, ServerEvent, Vector};
 
 use crate::error::{Error, Result};
+use crate::identity::DEFAULT_TENANT;
 use crate::queue::valid_id;
-use crate::state::AppState;
 use crate::store::{Fenced, PutOutcome};
+use crate::tenants::Ctx;
 
 /// Announces that `key`'s entry changed, so workers drop their local copies.
-pub(crate) async fn invalidate(state: &AppState, key: String) {
+pub(crate) async fn invalidate(state: &Ctx, key: String) {
     let ev = ServerEvent::Invalidate(InvalidateEvent { keys: vec![key] });
     if let Err(e) = state.store.publish(ev).await {
         tracing::warn!(error = %e, "publish invalidate event");
@@ -41,11 +42,42 @@ pub(crate) fn check_write(key: &str, model_id: &str, vector: &Vector) -> Result<
     }
 }
 
+/// The tenant's `max_cache_bytes` quota (`crate::quota`): 429 `quota_exceeded` when storing
+/// `adding` more bytes would pass it. The count is the sweeper's last sample of the store plus
+/// what was stored here since; the operator's own tenant has no quota.
+async fn check_cache_quota(state: &Ctx, adding: u64, now: u64) -> Result<()> {
+    if &*state.tenant == DEFAULT_TENANT {
+        return Ok(());
+    }
+    let max = state.config.quotas_of(&state.tenant).max_cache_bytes;
+    let held = match state.usage.cache_bytes_estimate() {
+        Some(b) => b,
+        None => {
+            let b = state.store.cache_bytes(now).await?;
+            state.usage.cache_sampled(now, b);
+            b
+        }
+    };
+    if held + adding > max {
+        state.usage.add(|c| &c.quota_refused, 1);
+        return Err(Error::QuotaExceeded {
+            message: format!(
+                "this tenant's cache holds {held} bytes; its max_cache_bytes quota is {max}"
+            ),
+            retry_after_s: 30,
+        });
+    }
+    Ok(())
+}
+
 /// Stores an entry written by `writer` (TTL with jitter; the fence vouched for by `fenced`),
 /// counting it and announcing a replaced live entry.
+///
+/// # Errors
+/// 429 `quota_exceeded` past the tenant's `max_cache_bytes`; the store's errors.
 #[allow(clippy::too_many_arguments)] // one call per write path; a struct would only rename them
 pub(crate) async fn store_entry(
-    state: &AppState,
+    state: &Ctx,
     key: &str,
     model_id: String,
     vector: Vector,
@@ -55,6 +87,8 @@ pub(crate) async fn store_entry(
     writer: Provenance,
 ) -> Result<(CacheEntry, PutOutcome)> {
     let now = state.now();
+    let bytes = crate::quota::entry_bytes(key, vector.0.len());
+    check_cache_quota(state, bytes, now).await?;
     let entry = CacheEntry {
         model_id,
         vector,
@@ -69,6 +103,7 @@ pub(crate) async fn store_entry(
     match &outcome {
         PutOutcome::Stored { replaced } => {
             state.metrics.add(|c| &c.cache_puts, 1);
+            state.usage.cache_stored(bytes);
             if *replaced {
                 invalidate(state, key.to_owned()).await;
             }

@@ -46,6 +46,10 @@ pub struct Config {
     pub embed_batch: usize,
     /// Embed requests waiting for the batcher before new ones get 429.
     pub embed_queue: usize,
+    /// The engine thread's nice value (Linux; 0..=19): above 0 the engine's batch work yields
+    /// a contended CPU to the queue's requests, whose latency is what workers wait on, and
+    /// still takes every idle cycle.
+    pub engine_nice: i32,
     /// Events kept for `Last-Event-ID` resume.
     pub event_ring: usize,
     /// SSE keep-alive comment interval (ms).
@@ -78,6 +82,22 @@ pub struct Config {
     pub verify: crate::integrity::Policy,
     /// Per-tenant overrides of [`Config::verify`].
     pub verify_tenants: std::collections::HashMap<String, crate::integrity::PolicyOverride>,
+    /// Most tenants open at once (their stores; least recently used closed first). By
+    /// default [`default_max_open_tenants`]: an eighth of the process's file-descriptor limit.
+    pub max_open_tenants: usize,
+    /// A tenant unused this long (ms) is closed (reopened by its next request).
+    pub tenant_idle_ms: u64,
+    /// Most long-polling claims one token has waiting at once; more get 429.
+    pub max_polls_per_token: usize,
+    /// Most open connections from one IP address; more are closed at once.
+    pub max_connections_per_ip: usize,
+    /// `POST /v1/embed` budget of one signed token per minute (token estimate,
+    /// [`crate::quota::embed_cost`]); the tenant's own budget is [`Config::quotas`].
+    pub embed_tokens_per_min: u32,
+    /// Every signed tenant's quotas.
+    pub quotas: crate::quota::Quotas,
+    /// Per-tenant overrides of [`Config::quotas`].
+    pub tenant_quotas: std::collections::HashMap<String, crate::quota::QuotaOverride>,
 }
 
 impl Default for Config {
@@ -100,6 +120,7 @@ impl Default for Config {
             max_embed_texts: 256,
             embed_batch: 32,
             embed_queue: 64,
+            engine_nice: 10,
             event_ring: 1_024,
             keepalive_ms: 15_000,
             cors_origins: Vec::new(),
@@ -115,6 +136,13 @@ impl Default for Config {
             stats_samples: 900,
             verify: crate::integrity::Policy::default(),
             verify_tenants: std::collections::HashMap::new(),
+            max_open_tenants: default_max_open_tenants(),
+            tenant_idle_ms: 300_000,
+            max_polls_per_token: 8,
+            max_connections_per_ip: 512,
+            embed_tokens_per_min: 20_000,
+            quotas: crate::quota::Quotas::default(),
+            tenant_quotas: std::collections::HashMap::new(),
         }
     }
 }
@@ -125,6 +153,14 @@ impl Config {
         match self.verify_tenants.get(tenant) {
             Some(o) => self.verify.with(o),
             None => self.verify.clone(),
+        }
+    }
+
+    /// The quotas of `tenant`: the server's, with the tenant's override applied.
+    pub fn quotas_of(&self, tenant: &str) -> crate::quota::Quotas {
+        match self.tenant_quotas.get(tenant) {
+            Some(o) => self.quotas.with(o),
+            None => self.quotas,
         }
     }
 
@@ -155,6 +191,38 @@ impl Config {
             .unwrap_or(self.lock_ttl_ms)
             .clamp(1, self.lock_ttl_max_ms)
     }
+}
+
+/// The soft limit on this process's open file descriptors (`RLIMIT_NOFILE`); `None` where
+/// there is none or it cannot be read.
+#[must_use]
+pub fn fd_limit() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes the struct it is given and nothing else.
+        let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+        // rlim_t is u64 on Linux, not on every unix.
+        #[allow(clippy::useless_conversion)]
+        let cur = u64::from(r.rlim_cur);
+        (rc == 0 && r.rlim_cur != libc::RLIM_INFINITY).then_some(cur)
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
+/// Open tenants by default: an eighth of the file-descriptor limit, within 16..=4096. An open
+/// SQLite tenant holds about 5.3 descriptors (docs/security.md), so its tenants use at most
+/// two thirds of the limit and connections keep the rest (1 024 → 128 tenants, ~680 fds).
+#[must_use]
+pub fn default_max_open_tenants() -> usize {
+    let n = fd_limit().map_or(4_096, |l| l / 8);
+    usize::try_from(n.clamp(16, 4_096)).unwrap_or(4_096)
 }
 
 #[cfg(test)]

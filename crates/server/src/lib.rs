@@ -10,14 +10,19 @@
 //! # Layout
 //! - [`config`]: limits and queue policy ([`Config`]), backoff and TTL jitter.
 //! - [`error`]: the crate's one error enum, mapped to status codes and the error body.
-//! - [`auth`]: static bearer tokens (digests, constant-time lookup), roles, the route gate.
+//! - [`identity`]: who is calling ([`Identity`]: tenant, [`Role`], `sub`, limits) and the exact
+//!   rules a token's claims meet; a leaf, it knows no store.
+//! - [`auth`]: static bearer tokens (digests, constant-time lookup) and the route gate that
+//!   turns a token into an [`Identity`].
 //! - [`jwt`]: short-lived signed tokens (role, tenant, expiry), verification and minting.
-//! - [`tenants`]: a store and event hub per tenant, and the `Ctx` extractor handing a handler
-//!   its caller's.
-//! - `limits`: per-token request rate, SSE streams and claims.
+//! - [`tenants`]: a store, event hub and usage per tenant, opened on demand and closed when
+//!   idle (a bounded LRU), and `Ctx`, the only way a handler reaches a store (its caller's).
+//! - [`quota`]: per-tenant quotas (queue, workers, embed budget).
+//! - [`workers`]: a tenant's worker table (snapshots pushed by its workers, bounded).
+//! - `limits`: per-token request rate, SSE streams, long polls, claims and embed budgets.
 //! - `serve`: [`run`], the accept loop (header timeout, connection bound, shutdown deadline).
 //! - [`clock`]: the injected [`Clock`] (system or fake).
-//! - [`state`]: [`AppState`], shared by every handler.
+//! - [`state`]: [`AppState`], shared by every handler; it holds no tenant's data.
 //! - [`store`]: the store traits ([`QueueStore`], [`CacheStore`], [`LockStore`], [`EventBus`];
 //!   a [`Store`] is all four), the SQLite store (default), the in-memory store, the Redis store
 //!   and their conformance suite.
@@ -42,11 +47,13 @@ pub mod config;
 pub mod embed;
 pub mod error;
 mod extract;
+pub mod identity;
 pub mod integrity;
 pub mod jwt;
 mod limits;
 pub mod metrics;
 mod queue;
+pub mod quota;
 mod routes;
 pub mod search;
 pub mod series;
@@ -55,12 +62,14 @@ pub mod sse;
 pub mod state;
 pub mod store;
 pub mod tenants;
+pub mod workers;
 
-pub use auth::{Role, Tokens};
+pub use auth::Tokens;
 pub use clock::{Clock, FakeClock, SystemClock};
 pub use config::Config;
 pub use embed::{Embedder, EngineEmbedder, HashEmbedder};
 pub use error::{Error, Result};
+pub use identity::{Identity, Role};
 pub use serve::run;
 pub use state::AppState;
 pub use store::memory::MemoryStore;

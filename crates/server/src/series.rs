@@ -120,7 +120,14 @@ impl Series {
 
     /// Takes a sample at `now` from `metrics`, the queue `depth` and the live `locks_held`,
     /// and raises the alerts the change since the previous sample calls for.
-    pub fn record(&self, now: u64, depth: QueueDepth, metrics: &Metrics, locks_held: u64) {
+    pub fn record(
+        &self,
+        now: u64,
+        depth: QueueDepth,
+        metrics: &Metrics,
+        workers: Vec<crate::workers::WorkerRow>,
+        locks_held: u64,
+    ) {
         let counters: HashMap<&str, u64> = metrics
             .counters
             .list()
@@ -131,7 +138,6 @@ impl Series {
         let lock_leaked = counters.get("lock_leaked").copied().unwrap_or(0);
         let by_source = metrics.acked_by_source();
         let latency = metrics.job_latency_counts();
-        let workers = metrics.worker_rows(now);
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let prev = g.prev.take().unwrap_or(Prev {
             t: now,
@@ -291,7 +297,7 @@ mod tests {
     fn samples_are_over_the_interval_and_the_ring_is_bounded() {
         let m = Metrics::default();
         let s = Series::new(3);
-        s.record(1_000, depth(10, 0), &m, 0);
+        s.record(1_000, depth(10, 0), &m, Vec::new(), 0);
         let ids: Vec<String> = (0..10).map(|i| format!("j{i}")).collect();
         m.jobs_claimed(ids.iter().map(String::as_str), 1_000);
         for (i, id) in ids.iter().enumerate() {
@@ -304,7 +310,7 @@ mod tests {
             m.add(|c| &c.jobs_acked, 1);
             m.job_acked(id, src, 1_015);
         }
-        s.record(3_000, depth(0, 0), &m, 2);
+        s.record(3_000, depth(0, 0), &m, Vec::new(), 2);
         let last = s.since(1_000);
         assert_eq!(last.len(), 1);
         let x = &last[0];
@@ -316,13 +322,13 @@ mod tests {
         assert!((10.0..=20.0).contains(&p50), "15 ms latencies: {p50}");
         assert_eq!(x.locks_held, 2);
         // The next interval has no acks: no ratios, no latency.
-        s.record(4_000, depth(0, 0), &m, 0);
+        s.record(4_000, depth(0, 0), &m, Vec::new(), 0);
         let x = s.since(3_000).pop().unwrap();
         assert_eq!(
             (x.jobs_per_s, x.local_hit_ratio, x.job_p50_ms),
             (0.0, None, None)
         );
-        s.record(5_000, depth(0, 0), &m, 0);
+        s.record(5_000, depth(0, 0), &m, Vec::new(), 0);
         assert_eq!(s.since(0).len(), 3, "the ring keeps 3");
     }
 
@@ -330,7 +336,7 @@ mod tests {
     fn alerts_for_leaked_locks_dead_letters_and_open_breakers() {
         let m = Metrics::default();
         let s = Series::new(10);
-        s.record(1_000, depth(0, 0), &m, 0);
+        s.record(1_000, depth(0, 0), &m, Vec::new(), 0);
         assert!(s.alerts().is_empty());
         m.add(|c| &c.lock_leaked, 2);
         let mut snap = WorkerMetrics {
@@ -338,13 +344,16 @@ mod tests {
             ..Default::default()
         };
         snap.gauges.insert("backend_breaker".into(), 1.0);
-        m.push_worker(snap, 1_500);
-        s.record(2_000, depth(0, 3), &m, 0);
+        let table = crate::workers::WorkerTable::default();
+        table
+            .push(snap, "", "v1", 1_500, crate::workers::Bounds::fleet(10))
+            .unwrap();
+        s.record(2_000, depth(0, 3), &m, table.rows(2_000), 0);
         let kinds: Vec<_> = s.alerts().iter().map(|a| a.kind).collect();
         assert_eq!(kinds, ["lock_leak", "dead_letters", "breaker_open"]);
         assert!(s.alerts()[0].message.starts_with("2 lock(s)"));
         // Nothing new: no new alert (the breaker stays open, and was reported once).
-        s.record(3_000, depth(0, 3), &m, 0);
+        s.record(3_000, depth(0, 3), &m, table.rows(3_000), 0);
         assert_eq!(s.alerts().len(), 3);
     }
 }

@@ -13,9 +13,8 @@ use crate::jwt::Keys;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::series::Series;
-use crate::sse::Hub;
 use crate::store::Store;
-use crate::tenants::{StoreFactory, Tenant, Tenants, DEFAULT_TENANT};
+use crate::tenants::{StoreFactory, Tenants};
 
 /// How often expired cache entries and locks are swept.
 pub const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
@@ -35,16 +34,14 @@ impl AsRef<[u8]> for ModelFile {
 /// Shared server state. Cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
-    pub(crate) store: Arc<dyn Store>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) config: Arc<Config>,
     pub(crate) tokens: Arc<Tokens>,
     pub(crate) keys: Arc<Keys>,
+    /// Every tenant's store, hub and usage; a handler reaches its caller's through
+    /// [`crate::tenants::Ctx`] only.
     pub(crate) tenants: Arc<Tenants>,
-    /// The tenant this state serves (`default`, or the caller's inside a handler).
-    pub(crate) tenant: Arc<str>,
     pub(crate) limits: Arc<Limits>,
-    pub(crate) hub: Arc<Hub>,
     pub(crate) metrics: Arc<Metrics>,
     /// Result verification's per-server state.
     pub(crate) verifier: Arc<crate::integrity::Verifier>,
@@ -62,7 +59,7 @@ pub struct AppState {
 impl std::fmt::Debug for AppState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AppState")
-            .field("store", &self.store)
+            .field("tenants", &self.tenants)
             .field("config", &self.config)
             .field("tokens", &self.tokens)
             .field("default_model_id", &self.default_model_id)
@@ -74,29 +71,23 @@ impl AppState {
     /// State over `store` with the wall clock and no embedder. Must be called inside a Tokio
     /// runtime (it starts the event hub).
     pub fn new(store: Arc<dyn Store>, tokens: Tokens, config: Config) -> Self {
-        let hub = Hub::start(store.as_ref(), config.event_ring);
         let (shutdown, _) = watch::channel(false);
-        let cfg_limits = config.clone();
-        let ring = config.event_ring;
+        let tenants = Tenants::new(
+            store,
+            config.event_ring,
+            config.max_open_tenants,
+            config.tenant_idle_ms,
+        );
         AppState {
-            store: store.clone(),
             clock: Arc::new(SystemClock),
+            limits: Arc::new(Limits::new(&config)),
+            series: Arc::new(Series::new(config.stats_samples)),
             config: Arc::new(config),
-            limits: Arc::new(Limits::new(&cfg_limits)),
             tokens: Arc::new(tokens),
             keys: Arc::new(Keys::default()),
-            tenants: Arc::new(Tenants::new(
-                Tenant {
-                    store: store.clone(),
-                    hub: hub.clone(),
-                },
-                ring,
-            )),
-            tenant: Arc::from(DEFAULT_TENANT),
-            hub,
+            tenants: Arc::new(tenants),
             metrics: Arc::new(Metrics::default()),
             verifier: Arc::default(),
-            series: Arc::new(Series::new(cfg_limits.stats_samples)),
             embed: None,
             default_model_id: Arc::from(""),
             model_file: None,
@@ -105,8 +96,9 @@ impl AppState {
         }
     }
 
-    /// Every [`SWEEP_EVERY`], removes expired cache entries and locks from the store (Redis
-    /// expires them itself), until shutdown.
+    /// Every [`SWEEP_EVERY`], closes idle tenants, removes expired cache entries and locks
+    /// from every open tenant's store (Redis expires them itself) and samples each signed
+    /// tenant's cache bytes, until shutdown.
     pub(crate) fn start_sweeper(&self) {
         let tenants = self.tenants.clone();
         let clock = self.clock.clone();
@@ -120,10 +112,22 @@ impl AppState {
                     _ = stop.changed() => return,
                 }
                 limits.tidy();
-                for t in tenants.all().await {
+                let closed = tenants.close_idle(clock.now_ms()).await;
+                if closed > 0 {
+                    tracing::info!(closed, "idle tenants closed");
+                }
+                for (name, t) in tenants.all().await {
                     match t.store.sweep(clock.now_ms(), SWEEP_BATCH).await {
                         Ok(n) => metrics.add(|c| &c.cache_swept, n),
                         Err(e) => tracing::warn!(error = %e, "sweep of expired entries failed"),
+                    }
+                    // The cache-bytes quota's sample (the operator's own tenant has none).
+                    if &*name != crate::identity::DEFAULT_TENANT {
+                        let now = clock.now_ms();
+                        match t.store.cache_bytes(now).await {
+                            Ok(b) => t.usage.cache_sampled(now, b),
+                            Err(e) => tracing::warn!(error = %e, "reading cache bytes failed"),
+                        }
                     }
                 }
             }
@@ -153,8 +157,13 @@ impl AppState {
     pub async fn record_sample(&self) {
         let now = self.now();
         let locks = self.locks_held();
-        match self.store.depth(now).await {
-            Ok(depth) => self.series.record(now, depth, &self.metrics, locks),
+        let operator = self.tenants.default_tenant();
+        match operator.store.depth(now).await {
+            Ok(depth) => {
+                let workers = operator.usage.workers.rows(now);
+                self.series
+                    .record(now, depth, &self.metrics, workers, locks);
+            }
             Err(e) => tracing::warn!(error = %e, "stats sample: queue depth"),
         }
     }
@@ -166,16 +175,8 @@ impl AppState {
     }
 
     /// Serves tenants other than `default`, each with the store `factory` makes for it.
-    pub fn with_tenant_stores(mut self, factory: StoreFactory) -> Self {
-        let t = Tenants::new(
-            Tenant {
-                store: self.store.clone(),
-                hub: self.hub.clone(),
-            },
-            self.config.event_ring,
-        )
-        .with_factory(factory);
-        self.tenants = Arc::new(t);
+    pub fn with_tenant_stores(self, factory: StoreFactory) -> Self {
+        self.tenants.set_factory(factory);
         self
     }
 
@@ -192,6 +193,7 @@ impl AppState {
             embedder,
             self.config.embed_batch,
             self.config.embed_queue,
+            self.config.engine_nice,
             self.metrics.clone(),
         ));
         self
@@ -201,11 +203,6 @@ impl AppState {
     pub fn with_model_file(mut self, bytes: Vec<u8>) -> Self {
         self.model_file = Some(ModelFile(Arc::new(bytes)));
         self
-    }
-
-    /// The store.
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
     }
 
     /// Result verification's state ([`crate::integrity::Verifier::settle`] waits for its
@@ -285,7 +282,6 @@ impl AppState {
     /// Starts shutting down: SSE streams end, long-polls return, new claims are refused.
     pub fn begin_shutdown(&self) {
         self.shutdown.send_replace(true);
-        self.hub.wake_all();
         let tenants = self.tenants.clone();
         tokio::spawn(async move { tenants.wake_all().await });
     }

@@ -16,11 +16,11 @@ use crate::error::{Error, Result};
 use crate::integrity::shape::check_vector;
 use crate::integrity::verifier::{self, Item};
 use crate::integrity::Writer;
-use crate::state::AppState;
 use crate::store::{AckInput, AckOutcome, Fenced, Written};
+use crate::tenants::Ctx;
 
 /// What every ack must look like before the store sees it.
-fn check_ack(state: &AppState, item: &AckItem) -> Result<()> {
+fn check_ack(state: &Ctx, item: &AckItem) -> Result<()> {
     valid_id(&item.id)?;
     let r = &item.ack.result;
     if r.model_id.is_empty() {
@@ -62,7 +62,7 @@ fn model_mismatch(expected: &str, got: &str) -> Error {
 /// 403 `quarantined` when a result does not verify (nothing of the batch is stored); the
 /// store's and the engine's errors (the worker sends the batch again).
 pub async fn finish(
-    state: &AppState,
+    state: &Ctx,
     writer: &Writer,
     acks: Vec<AckItem>,
 ) -> Result<Vec<AckItemResult>> {
@@ -265,6 +265,7 @@ pub async fn finish(
     }
     publish_finished(state, done_ids, Vec::new()).await;
     state.metrics.add(|c| &c.jobs_acked, done);
+    state.usage.add(|c| &c.jobs_acked, done);
     state.metrics.record_acks(now, done);
     if !sample.is_empty() {
         sample_later(state, writer, sample).await;
@@ -277,7 +278,7 @@ pub async fn finish(
 /// Such a result is the entry writer's (a liar found later takes it back), and is not checked
 /// again. A vector a worker says it took from a cache but that is not the entry's is its own.
 async fn relayed_from_cache(
-    state: &AppState,
+    state: &Ctx,
     items: &[(usize, AckItem)],
 ) -> Result<HashMap<String, Option<ternflow_core::protocol::Provenance>>> {
     let relays: Vec<&AckItem> = items
@@ -325,7 +326,7 @@ async fn relayed_from_cache(
 
 /// Reads the sampled jobs' texts (their vectors are the ones just stored), and checks them off
 /// the request's path.
-async fn sample_later(state: &AppState, writer: &Writer, sampled: Vec<(String, Vec<f32>)>) {
+async fn sample_later(state: &Ctx, writer: &Writer, sampled: Vec<(String, Vec<f32>)>) {
     let ids: Vec<String> = sampled.iter().map(|(id, _)| id.clone()).collect();
     let inputs = match state.store.job_inputs(&ids).await {
         Ok(i) => i,
@@ -350,19 +351,13 @@ async fn sample_later(state: &AppState, writer: &Writer, sampled: Vec<(String, V
 
 /// Whether an ack's cache write is for this job's own key (`model:texthash`); counted and
 /// logged when not.
-fn write_key_ok(
-    state: &AppState,
-    id: &str,
-    c: &AckCacheWrite,
-    model: &str,
-    text_hash: &str,
-) -> bool {
+fn write_key_ok(state: &Ctx, id: &str, c: &AckCacheWrite, model: &str, text_hash: &str) -> bool {
     let expected = format!("{model}:{text_hash}");
     if c.key == expected {
         return true;
     }
     state.metrics.add(|c| &c.cache_unfenced_puts, 1);
-    tracing::warn!(job = %id, key = %c.key, %expected, "ack write-through for another key refused");
+    tracing::warn!(job = %id, key = ?c.key, %expected, "ack write-through for another key refused");
     false
 }
 
@@ -370,7 +365,7 @@ fn write_key_ok(
 /// refused (a newer fence) or fails is counted and logged, never reported as a failed ack. The
 /// fence is the lease's, from the store, not the request's.
 async fn write_through(
-    state: &AppState,
+    state: &Ctx,
     writer: &Writer,
     c: AckCacheWrite,
     result: JobResult,
@@ -390,7 +385,13 @@ async fn write_through(
     )
     .await
     {
-        tracing::warn!(key = %c.key, error = %e, "ack write-through to the cache failed");
+        match e {
+            // Counted in the tenant's quota_refused; the ack stands without its cache copy.
+            Error::QuotaExceeded { .. } => {
+                tracing::debug!(key = %c.key, "ack write-through skipped: cache quota");
+            }
+            e => tracing::warn!(key = %c.key, error = %e, "ack write-through to the cache failed"),
+        }
     }
 }
 
@@ -400,7 +401,7 @@ async fn write_through(
 /// the network once. The result keeps the cache entry's provenance, and joins its writer's
 /// index, so a writer found lying later takes these results back too. Best effort: on a store
 /// error the jobs stay leased and the worker acks them as before.
-pub async fn resolve_cached(state: &AppState, jobs: &mut [ClaimedJob], now: u64) {
+pub(crate) async fn resolve_cached(state: &Ctx, jobs: &mut [ClaimedJob], now: u64) {
     let (hits, inputs): (Vec<usize>, Vec<AckInput>) = jobs
         .iter()
         .enumerate()
@@ -458,6 +459,7 @@ pub async fn resolve_cached(state: &AppState, jobs: &mut [ClaimedJob], now: u64)
     }
     let done = done_ids.len() as u64;
     state.metrics.add(|c| &c.jobs_acked, done);
+    state.usage.add(|c| &c.jobs_acked, done);
     state.metrics.add(|c| &c.jobs_resolved_at_claim, done);
     state.metrics.record_acks(now, done);
     publish_finished(state, done_ids, Vec::new()).await;
@@ -492,7 +494,7 @@ fn vector_digest(v: &[f32]) -> String {
 /// whether `k` identities now agree; when they do not, the job goes back to the queue (a nack
 /// `awaiting_agreement` with the usual backoff, so a job no other identity takes is
 /// dead-lettered after the server's attempts, with that reason).
-async fn agree(state: &AppState, writer: &Writer, item: &AckItem, k: u32) -> Result<Agreement> {
+async fn agree(state: &Ctx, writer: &Writer, item: &AckItem, k: u32) -> Result<Agreement> {
     let now = state.now();
     let (id, token) = (&item.id, &item.ack.token);
     if state
@@ -540,7 +542,7 @@ async fn agree(state: &AppState, writer: &Writer, item: &AckItem, k: u32) -> Res
 
 /// A job's result is final by agreement: its proposals are forgotten, and every identity that
 /// proposed another vector is quarantined.
-async fn settle_agreement(state: &AppState, id: &str, dissenters: Vec<String>) {
+async fn settle_agreement(state: &Ctx, id: &str, dissenters: Vec<String>) {
     if let Err(e) = state.store.clear_proposals(id).await {
         tracing::warn!(error = %e, job = %id, "clearing proposals");
     }

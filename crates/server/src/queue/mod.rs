@@ -8,7 +8,7 @@ use ternflow_core::protocol::{FinishedEvent, JobsEvent, ServerEvent};
 use crate::error::{Error, Result};
 
 pub(crate) mod finish;
-use crate::state::AppState;
+use crate::tenants::Ctx;
 
 /// Checks a job id, cache key or lock key.
 ///
@@ -26,7 +26,7 @@ pub(crate) fn valid_id(id: &str) -> Result<()> {
 }
 
 /// Publishes a `jobs` event with the current ready depth (wakes idle workers everywhere).
-pub(crate) async fn publish_depth(state: &AppState) {
+pub(crate) async fn publish_depth(state: &Ctx) {
     let now = state.now();
     let depth = match state.store.depth(now).await {
         Ok(d) => d.ready,
@@ -45,7 +45,7 @@ pub(crate) async fn publish_depth(state: &AppState) {
 }
 
 /// Announces finished jobs (`finished` event) to producers waiting on results.
-pub(crate) async fn publish_finished(state: &AppState, done: Vec<String>, dead: Vec<String>) {
+pub(crate) async fn publish_finished(state: &Ctx, done: Vec<String>, dead: Vec<String>) {
     if done.is_empty() && dead.is_empty() {
         return;
     }
@@ -57,7 +57,7 @@ pub(crate) async fn publish_finished(state: &AppState, done: Vec<String>, dead: 
 
 /// 409 `lease_lost` when the job exists (its lease is someone else's, or it is finished), 404
 /// when it does not.
-pub(crate) async fn lost_or_missing(state: &AppState, id: &str) -> Error {
+pub(crate) async fn lost_or_missing(state: &Ctx, id: &str) -> Error {
     match state.store.status(id).await {
         Ok(None) => Error::NotFound(format!("no job {id}")),
         Ok(Some(_)) => lease_lost(state),
@@ -66,7 +66,7 @@ pub(crate) async fn lost_or_missing(state: &AppState, id: &str) -> Error {
 }
 
 /// 409 `lease_lost`, counted.
-pub(crate) fn lease_lost(state: &AppState) -> Error {
+pub(crate) fn lease_lost(state: &Ctx) -> Error {
     state.metrics.add(|c| &c.leases_lost, 1);
     Error::conflict(
         "lease_lost",

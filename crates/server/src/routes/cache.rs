@@ -13,15 +13,15 @@ use crate::auth::Role;
 use crate::cache::{check_write, invalidate, store_entry};
 use crate::error::{Error, Result};
 use crate::extract::{Json, Path};
+use crate::identity::Identity;
 use crate::integrity::shape::check_vector;
 use crate::integrity::verifier::{self, Item};
-use crate::limits::Caller;
 use crate::queue::valid_id;
 use crate::store::{Fenced, PutOutcome, Written};
 use crate::tenants::Ctx;
 
 /// An entry as `caller` may see it: its writer only for admins.
-fn shown_to(caller: &Caller, mut e: CacheEntry) -> CacheEntry {
+fn shown_to(caller: &Identity, mut e: CacheEntry) -> CacheEntry {
     if caller.role != Role::Admin {
         e.by = None;
     }
@@ -29,8 +29,8 @@ fn shown_to(caller: &Caller, mut e: CacheEntry) -> CacheEntry {
 }
 
 pub(crate) async fn get(
-    Ctx(state): Ctx,
-    Extension(caller): Extension<Caller>,
+    state: Ctx,
+    Extension(caller): Extension<Identity>,
     Path(key): Path<String>,
 ) -> Result<Json<CacheEntry>> {
     valid_id(&key)?;
@@ -47,8 +47,8 @@ pub(crate) async fn get(
 }
 
 pub(crate) async fn put(
-    Ctx(state): Ctx,
-    Extension(caller): Extension<Caller>,
+    state: Ctx,
+    Extension(caller): Extension<Identity>,
     Path(key): Path<String>,
     Json(req): Json<CachePut>,
 ) -> Result<Response> {
@@ -56,7 +56,7 @@ pub(crate) async fn put(
     check_vector(verifier::model_dim(&state, &req.model_id), &req.vector.0).inspect_err(|_| {
         state.metrics.add(|c| &c.results_refused, 1);
     })?;
-    let writer = caller.writer(req.worker.as_deref());
+    let writer = crate::integrity::Writer::of(&caller, req.worker.as_deref());
     let checkable = verifier::can_verify(&state, &req.model_id);
     // The text must be the key's: then the server knows what the vector should be.
     let item = match &req.text {
@@ -159,7 +159,7 @@ pub(crate) async fn put(
     }
 }
 
-pub(crate) async fn delete(Ctx(state): Ctx, Path(key): Path<String>) -> Result<StatusCode> {
+pub(crate) async fn delete(state: Ctx, Path(key): Path<String>) -> Result<StatusCode> {
     valid_id(&key)?;
     if state.store.cache_delete(&key).await? {
         invalidate(&state, key).await;

@@ -13,14 +13,14 @@ pub(crate) struct ListQuery {
     limit: Option<usize>,
 }
 
-pub(crate) async fn list(Ctx(state): Ctx, Query(q): Query<ListQuery>) -> Result<Json<DlqList>> {
+pub(crate) async fn list(state: Ctx, Query(q): Query<ListQuery>) -> Result<Json<DlqList>> {
     let limit = q.limit.unwrap_or(100).min(1_000);
     Ok(Json(DlqList {
         entries: state.store.dlq(limit).await?,
     }))
 }
 
-pub(crate) async fn redrive(Ctx(state): Ctx, Path(id): Path<String>) -> Result<Json<JobStatus>> {
+pub(crate) async fn redrive(state: Ctx, Path(id): Path<String>) -> Result<Json<JobStatus>> {
     valid_id(&id)?;
     if !state.store.redrive(&id, state.now()).await? {
         return Err(Error::NotFound(format!("no dead letter {id}")));

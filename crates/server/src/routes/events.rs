@@ -22,7 +22,7 @@ use tokio_stream::wrappers::{BroadcastStream, WatchStream};
 use crate::auth::Role;
 use crate::error::Result;
 use crate::extract::Query;
-use crate::limits::Caller;
+use crate::identity::Identity;
 use crate::tenants::Ctx;
 
 #[derive(Debug, Deserialize)]
@@ -39,8 +39,8 @@ fn sse_event(id: Option<u64>, ev: &ServerEvent) -> Event {
 }
 
 pub(crate) async fn events(
-    Ctx(state): Ctx,
-    Extension(caller): Extension<Caller>,
+    state: Ctx,
+    Extension(caller): Extension<Identity>,
     headers: HeaderMap,
     Query(q): Query<EventsQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {

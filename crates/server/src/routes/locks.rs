@@ -12,7 +12,7 @@ use crate::store::LockOutcome;
 use crate::tenants::Ctx;
 
 pub(crate) async fn acquire(
-    Ctx(state): Ctx,
+    state: Ctx,
     Path(key): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<LockGrant>> {
@@ -38,7 +38,7 @@ pub(crate) async fn acquire(
     match state.store.lock_acquire(&key, ttl, now).await? {
         LockOutcome::Granted(g) => {
             state.metrics.add(|c| &c.lock_acquired, 1);
-            state.track_lock(&key, &g.token, g.expires_at);
+            state.track_lock(&format!("{}/{key}", state.tenant), &g.token, g.expires_at);
             Ok(Json(g))
         }
         LockOutcome::Held { expires_at } => {
@@ -55,7 +55,7 @@ pub(crate) async fn acquire(
 }
 
 pub(crate) async fn renew(
-    Ctx(state): Ctx,
+    state: Ctx,
     Path(key): Path<String>,
     Json(req): Json<LockToken>,
 ) -> Result<Json<LockGrant>> {
@@ -67,7 +67,7 @@ pub(crate) async fn renew(
         .await?
     {
         Some(g) => {
-            state.track_lock(&key, &g.token, g.expires_at);
+            state.track_lock(&format!("{}/{key}", state.tenant), &g.token, g.expires_at);
             Ok(Json(g))
         }
         None => Err(Error::conflict(
@@ -78,14 +78,14 @@ pub(crate) async fn renew(
 }
 
 pub(crate) async fn release(
-    Ctx(state): Ctx,
+    state: Ctx,
     Path(key): Path<String>,
     Json(req): Json<LockToken>,
 ) -> Result<StatusCode> {
     valid_id(&key)?;
     if state.store.lock_release(&key, &req.token).await? {
         state.metrics.add(|c| &c.lock_released, 1);
-        state.forget_lock(&key, &req.token);
+        state.forget_lock(&format!("{}/{key}", state.tenant), &req.token);
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(Error::conflict(

@@ -83,11 +83,14 @@ fn cors(cfg: &Config) -> CorsLayer {
 /// they got with the job), so a job's claim, heartbeats, cache and lock calls, and ack or nack
 /// share its trace id in the logs.
 fn request_span(req: &axum::http::Request<axum::body::Body>) -> tracing::Span {
-    let traceparent = req
-        .headers()
-        .get("traceparent")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+    // Client-chosen: escaped and bounded (a W3C traceparent is 55 characters).
+    let traceparent = crate::identity::loggable(
+        req.headers()
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or(""),
+        55,
+    );
     tracing::info_span!(
         "request",
         method = %req.method(),

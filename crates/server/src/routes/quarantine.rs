@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::extract::{Json, Path};
+use crate::identity::Identity;
 use crate::integrity::verifier;
-use crate::limits::Caller;
 use crate::state::AppState;
 use crate::tenants::Ctx;
 
@@ -31,7 +31,7 @@ pub(crate) struct QuarantineList {
     quarantined: Vec<Quarantined>,
 }
 
-pub(crate) async fn list(Ctx(state): Ctx) -> Result<Json<QuarantineList>> {
+pub(crate) async fn list(state: Ctx) -> Result<Json<QuarantineList>> {
     let q = state.store.quarantined(MAX_LISTED).await?;
     Ok(Json(QuarantineList {
         quarantined: q
@@ -45,7 +45,7 @@ pub(crate) async fn list(Ctx(state): Ctx) -> Result<Json<QuarantineList>> {
     }))
 }
 
-pub(crate) async fn lift(Ctx(state): Ctx, Path(sub): Path<String>) -> Result<StatusCode> {
+pub(crate) async fn lift(state: Ctx, Path(sub): Path<String>) -> Result<StatusCode> {
     // Checked before it reaches the audit log: no newlines or escapes from the path.
     if !crate::integrity::is_writer_id(&sub) {
         return Err(Error::bad_request(
@@ -67,13 +67,9 @@ pub(crate) async fn gate(
     req: Request,
     next: Next,
 ) -> std::result::Result<Response, Error> {
-    if let Some(c) = req.extensions().get::<Caller>() {
-        let t = state.tenants.get(&c.tenant).await?;
-        let mut s = state.clone();
-        s.store = t.store;
-        s.hub = t.hub;
-        s.tenant = c.tenant.clone();
-        verifier::admit(&s, &c.sub).await?;
+    if let Some(c) = req.extensions().get::<Identity>() {
+        let ctx = Ctx::for_caller(&state, c).await?;
+        verifier::admit(&ctx, &c.sub).await?;
     }
     Ok(next.run(req).await)
 }
