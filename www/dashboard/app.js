@@ -120,6 +120,18 @@ function workers(d) {
   }).join("") || `<tr><td colspan="10" class="muted">no worker has reported in the last 5 minutes</td></tr>`;
 }
 
+function tenants(d) {
+  const ts = d.tenants || [];
+  $("tenant-count").textContent = `(${ts.length} open)`;
+  $("tenants").tBodies[0].innerHTML = ts.map((t) => {
+    const c = t.counters || {}, q = t.quotas || {};
+    return `<tr><td>${esc(t.name)}</td><td class="num">${t.workers}</td><td class="num">${c.jobs_enqueued ?? 0}</td>
+      <td class="num">${c.jobs_acked ?? 0}</td><td class="num">${t.cache_bytes} / ${q.max_cache_bytes}</td>
+      <td class="num">${c.embed_tokens ?? 0}</td><td class="num">${c.quota_refused ?? 0}</td>
+      <td>${q.max_queue} · ${q.max_workers} · ${q.embed_tokens_per_min} · ${q.max_cache_bytes}</td></tr>`;
+  }).join("") || `<tr><td colspan="8" class="muted">no signed tenant is open</td></tr>`;
+}
+
 function alerts(d) {
   $("alerts").hidden = d.alerts.length === 0;
   $("alert-list").innerHTML = d.alerts.slice(-10).reverse()
@@ -175,6 +187,7 @@ async function tick() {
     $("meta").textContent = `${location.host} · model ${d.model_id || "none"} · a sample every ${d.sample_ms} ms`;
     tiles(d);
     workers(d);
+    tenants(d);
     alerts(d);
     drawCharts();
     lastOk = Date.now();

@@ -1,12 +1,14 @@
-//! The metrics registry: counters, the embed latency histogram, the ack rate and worker-pushed
-//! snapshots, rendered as Prometheus text (exposition format 0.0.4) by hand.
+//! The server's metrics registry: counters, the embed latency histogram and the ack rate
+//! (the workers' own snapshots are per tenant, `crate::workers`), rendered as Prometheus text (exposition format 0.0.4) by hand.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use ternflow_core::protocol::{QueueDepth, ResultSource, WorkerMetrics};
+use ternflow_core::protocol::{QueueDepth, ResultSource};
+
+pub use crate::workers::{WorkerRow, WORKER_QUIET_MS};
 
 macro_rules! counters {
     ($($name:ident: $help:literal,)*) => {
@@ -90,11 +92,6 @@ pub const SOURCES: [ResultSource; 4] = [
     ResultSource::Remote,
 ];
 
-const MAX_WORKERS: usize = 1_000;
-/// A worker that has not reported for this long drops out of the table (ms).
-pub const WORKER_QUIET_MS: u64 = 5 * 60_000;
-const MAX_SERIES_PER_WORKER: usize = 64;
-
 /// See the [module docs](self).
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -104,34 +101,12 @@ pub struct Metrics {
     latency_count: AtomicU64,
     latency_sum_us: AtomicU64,
     acks_per_second: Mutex<VecDeque<(u64, u64)>>,
-    /// Worker name → (latest snapshot, when it arrived, its runtime).
-    /// name → (snapshot, when, runtime, the identity that pushed it).
-    workers: Mutex<BTreeMap<String, WorkerEntry>>,
     /// Job id → when this server leased it (for the job latency).
     claimed_at: Mutex<HashMap<String, u64>>,
     /// Cumulative job latency counts per [`JOB_LATENCY_BUCKETS_MS`] bucket, plus overflow.
     job_latency: [AtomicU64; JOB_LATENCY_BUCKETS_MS.len() + 1],
     /// Acked jobs by where their vector came from, in [`SOURCES`] order.
     acked_by_source: [AtomicU64; 4],
-}
-
-/// A worker's latest snapshot, when it came, its runtime and who sent it.
-type WorkerEntry = (WorkerMetrics, u64, String, String);
-
-/// One row of the dashboard's worker table.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct WorkerRow {
-    /// The latest snapshot.
-    #[serde(flatten)]
-    pub snapshot: WorkerMetrics,
-    /// When it arrived (Unix ms).
-    pub last_seen: u64,
-    /// What the worker's `User-Agent` says it runs in (`HeadlessChrome 156`, `Node`, `native`…).
-    pub runtime: String,
-    /// The identity (token `sub`) that pushed it: the writer its results are recorded under.
-    pub sub: String,
-    /// Whether that identity is quarantined (filled in by the dashboard route).
-    pub quarantined: bool,
 }
 
 /// The runtime a `User-Agent` names: browser and version, Node, workerd, or `native` (a Rust
@@ -292,77 +267,6 @@ impl Metrics {
         std::array::from_fn(|i| self.acked_by_source[i].load(Ordering::Relaxed))
     }
 
-    /// Folds in a worker's snapshot (replacing its previous one). Bounded: at most 1 000
-    /// workers and 64 series each; names are reduced to `[a-z0-9_]`. Snapshots older than
-    /// [`WORKER_QUIET_MS`] are dropped; when the table is still full, the worker heard from
-    /// least recently makes room, so a new worker is never refused.
-    pub fn push_worker(&self, snap: WorkerMetrics, now_ms: u64) {
-        self.push_worker_from(snap, "", "", now_ms);
-    }
-
-    /// [`Metrics::push_worker`], noting the runtime the worker's `User-Agent` names.
-    pub fn push_worker_from(
-        &self,
-        mut snap: WorkerMetrics,
-        user_agent: &str,
-        sub: &str,
-        now_ms: u64,
-    ) {
-        snap.worker = snap.worker.chars().take(64).collect();
-        snap.counters = snap
-            .counters
-            .into_iter()
-            .take(MAX_SERIES_PER_WORKER)
-            .map(|(k, v)| (metric_name(&k), v))
-            .collect();
-        snap.gauges = snap
-            .gauges
-            .into_iter()
-            .filter(|(_, v)| v.is_finite())
-            .take(MAX_SERIES_PER_WORKER)
-            .map(|(k, v)| (metric_name(&k), v))
-            .collect();
-        let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
-        if w.len() >= MAX_WORKERS && !w.contains_key(&snap.worker) {
-            w.retain(|_, (_, seen, _, _)| seen.saturating_add(WORKER_QUIET_MS) > now_ms);
-            if w.len() >= MAX_WORKERS {
-                let oldest = w
-                    .iter()
-                    .min_by_key(|(_, (_, seen, _, _))| *seen)
-                    .map(|(k, _)| k.clone());
-                if let Some(k) = oldest {
-                    w.remove(&k);
-                }
-            }
-        }
-        let runtime = runtime_of(user_agent);
-        w.insert(snap.worker.clone(), (snap, now_ms, runtime, sub.to_owned()));
-    }
-
-    /// The dashboard's worker table: every worker heard from within [`WORKER_QUIET_MS`].
-    pub fn worker_rows(&self, now_ms: u64) -> Vec<WorkerRow> {
-        let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
-        w.retain(|_, (_, seen, _, _)| seen.saturating_add(WORKER_QUIET_MS) > now_ms);
-        w.values()
-            .map(|(m, seen, runtime, sub)| WorkerRow {
-                snapshot: m.clone(),
-                last_seen: *seen,
-                runtime: runtime.clone(),
-                sub: sub.clone(),
-                quarantined: false,
-            })
-            .collect()
-    }
-
-    /// The latest snapshot of every worker heard from within [`WORKER_QUIET_MS`].
-    pub fn workers(&self, now_ms: u64) -> BTreeMap<String, WorkerMetrics> {
-        let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
-        w.retain(|_, (_, seen, _, _)| seen.saturating_add(WORKER_QUIET_MS) > now_ms);
-        w.iter()
-            .map(|(k, (m, _, _, _))| (k.clone(), m.clone()))
-            .collect()
-    }
-
     /// Prometheus text exposition.
     pub fn render(&self, depth: QueueDepth, locks_held: u64, now_ms: u64) -> String {
         let mut out = String::with_capacity(4_096);
@@ -462,64 +366,8 @@ impl Metrics {
             "ternflow_job_latency_seconds_bucket{{le=\"+Inf\"}} {total}"
         );
         let _ = writeln!(out, "ternflow_job_latency_seconds_count {total}");
-        let workers = self.workers(now_ms);
-        if !workers.is_empty() {
-            let _ = writeln!(
-                out,
-                "# HELP ternflow_worker_counter Counters pushed by workers."
-            );
-            let _ = writeln!(out, "# TYPE ternflow_worker_counter counter");
-            for w in workers.values() {
-                for (k, v) in &w.counters {
-                    let _ = writeln!(
-                        out,
-                        "ternflow_worker_counter{{worker=\"{}\",name=\"{k}\"}} {v}",
-                        label(&w.worker)
-                    );
-                }
-            }
-            let _ = writeln!(
-                out,
-                "# HELP ternflow_worker_gauge Gauges pushed by workers."
-            );
-            let _ = writeln!(out, "# TYPE ternflow_worker_gauge gauge");
-            for w in workers.values() {
-                for (k, v) in &w.gauges {
-                    let _ = writeln!(
-                        out,
-                        "ternflow_worker_gauge{{worker=\"{}\",name=\"{k}\"}} {v}",
-                        label(&w.worker)
-                    );
-                }
-            }
-        }
         out
     }
-}
-
-fn metric_name(s: &str) -> String {
-    let n: String = s
-        .chars()
-        .take(64)
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if n.is_empty() {
-        "_".to_owned()
-    } else {
-        n
-    }
-}
-
-fn label(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -531,13 +379,6 @@ mod tests {
         let m = Metrics::default();
         m.add(|c| &c.jobs_acked, 3);
         m.observe_embed(3.0);
-        let mut snap = WorkerMetrics {
-            worker: "w\"1".into(),
-            ..Default::default()
-        };
-        snap.counters.insert("Jobs Done".into(), 7);
-        snap.gauges.insert("in_flight".into(), 2.0);
-        m.push_worker(snap, 0);
         let text = m.render(
             QueueDepth {
                 ready: 4,
@@ -550,30 +391,6 @@ mod tests {
         assert!(text.contains("ternflow_jobs_acked_total 3\n"));
         assert!(text.contains("ternflow_embed_latency_seconds_bucket{le=\"0.005\"} 1\n"));
         assert!(text.contains("ternflow_embed_latency_seconds_bucket{le=\"0.002\"} 0\n"));
-        assert!(text.contains("ternflow_worker_counter{worker=\"w\\\"1\",name=\"jobs_done\"} 7\n"));
-        assert!(text.contains("ternflow_worker_gauge{worker=\"w\\\"1\",name=\"in_flight\"} 2\n"));
-    }
-
-    #[test]
-    fn worker_table_is_bounded_and_forgets_quiet_workers() {
-        let m = Metrics::default();
-        let snap = |name: String| WorkerMetrics {
-            worker: name,
-            ..Default::default()
-        };
-        for i in 0..MAX_WORKERS {
-            m.push_worker(snap(format!("w{i}")), i as u64);
-        }
-        // The 1 001st worker is accepted; the one heard from least recently makes room.
-        m.push_worker(snap("late".into()), 5_000);
-        let w = m.workers(5_000);
-        assert_eq!(w.len(), MAX_WORKERS);
-        assert!(w.contains_key("late"));
-        assert!(!w.contains_key("w0"));
-        // After a quiet period only the workers still reporting are listed.
-        m.push_worker(snap("late".into()), 10 * WORKER_QUIET_MS);
-        let w = m.workers(10 * WORKER_QUIET_MS);
-        assert_eq!(w.keys().collect::<Vec<_>>(), ["late"]);
     }
 
     #[test]

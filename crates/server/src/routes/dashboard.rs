@@ -13,10 +13,11 @@ use ternflow_core::protocol::QueueDepth;
 
 use crate::error::{Error, Result};
 use crate::extract::{Json, Path, Query};
+use crate::identity::DEFAULT_TENANT;
 use crate::metrics::WorkerRow;
 use crate::search::{top_k, Hit};
 use crate::series::{Alert, Sample};
-use crate::tenants::{Ctx, DEFAULT_TENANT};
+use crate::tenants::Ctx;
 
 /// The page's files: name → (content type, bytes).
 const FILES: &[(&str, &str, &[u8])] = &[
@@ -100,14 +101,26 @@ pub(crate) struct Dashboard {
     ack_rate: f64,
     /// The worker table.
     workers: Vec<WorkerRow>,
+    /// Every open signed tenant: its usage and quotas (the operator sees them all).
+    tenants: Vec<TenantRow>,
     /// The history (after `since`).
     samples: Vec<Sample>,
     /// Alerts kept, oldest first.
     alerts: Vec<Alert>,
 }
 
+/// One open tenant in the dashboard.
+#[derive(Debug, Serialize)]
+pub(crate) struct TenantRow {
+    name: String,
+    workers: usize,
+    cache_bytes: u64,
+    counters: BTreeMap<String, u64>,
+    quotas: crate::quota::Quotas,
+}
+
 /// `GET /v1/dashboard?since=T`: everything the page draws, in one request.
-pub(crate) async fn data(Ctx(state): Ctx, Query(q): Query<SinceQuery>) -> Result<Json<Dashboard>> {
+pub(crate) async fn data(state: Ctx, Query(q): Query<SinceQuery>) -> Result<Json<Dashboard>> {
     // The history and the worker table are the server's; only the default tenant's admin sees
     // them (another tenant's admin would learn the default tenant's queue).
     if &*state.tenant != DEFAULT_TENANT {
@@ -128,10 +141,24 @@ pub(crate) async fn data(Ctx(state): Ctx, Query(q): Query<SinceQuery>) -> Result
         .into_iter()
         .map(|(sub, _)| sub)
         .collect();
-    let mut workers = state.metrics.worker_rows(now);
+    let mut workers = state.usage.workers.rows(now);
     for w in &mut workers {
         w.quarantined = quarantined.contains(&w.sub);
     }
+    let tenants = state
+        .tenants
+        .all()
+        .await
+        .into_iter()
+        .filter(|(name, _)| &**name != DEFAULT_TENANT)
+        .map(|(name, t)| TenantRow {
+            quotas: state.config.quotas_of(&name),
+            name: name.to_string(),
+            workers: t.usage.workers.len(),
+            cache_bytes: t.usage.cache_bytes_estimate().unwrap_or(0),
+            counters: t.usage.counter_map(),
+        })
+        .collect();
     Ok(Json(Dashboard {
         now,
         model_id: state.default_model_id.to_string(),
@@ -140,6 +167,7 @@ pub(crate) async fn data(Ctx(state): Ctx, Query(q): Query<SinceQuery>) -> Result
         counters,
         ack_rate: state.metrics.ack_rate(now),
         workers,
+        tenants,
         samples: state.series.since(q.since.unwrap_or(0)),
         alerts: state.series.alerts(),
     }))
@@ -167,7 +195,7 @@ pub(crate) struct SearchResponse {
 
 /// `POST /v1/search {"query", "k"?}`: the `k` (10, ≤ 100) finished jobs closest to the query.
 pub(crate) async fn search(
-    Ctx(state): Ctx,
+    state: Ctx,
     Json(req): Json<SearchRequest>,
 ) -> Result<Json<SearchResponse>> {
     let Some(batcher) = state.embed.clone() else {

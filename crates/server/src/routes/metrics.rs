@@ -1,62 +1,250 @@
 //! `GET /metrics` (Prometheus text), `GET /v1/stats` (JSON for the dashboard) and
 //! `POST /v1/metrics` (worker snapshots).
+//!
+//! What an admin sees is its tenant's: a signed tenant admin gets its tenant's queue, workers,
+//! counters and quotas, labelled `tenant="…"`, and nothing of another tenant or of the server;
+//! the operator (a static admin token, tenant `default`) gets the server's counters, its own
+//! tenant's queue and workers, and every open tenant's usage and quotas.
 
+use std::fmt::Write as _;
+
+use axum::extract::Extension;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
-use ternflow_core::protocol::{Stats, WorkerMetrics};
+use ternflow_core::protocol::{QueueDepth, Stats, WorkerMetrics};
 
 use crate::error::{Error, Result};
 use crate::extract::Json;
-use crate::tenants::Ctx;
+use crate::identity::{Identity, DEFAULT_TENANT};
+use crate::quota::Quotas;
+use crate::tenants::{Ctx, TenantUsage};
+use crate::workers::{label, Bounds, Refused};
 
-pub(crate) async fn prometheus(Ctx(state): Ctx) -> Result<impl IntoResponse> {
-    let now = state.now();
-    let depth = state.store.depth(now).await?;
-    let text = state.metrics.render(depth, state.locks_held(), now);
-    Ok((
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        text,
-    ))
+const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The quotas that apply to `tenant` (the operator's own tenant: the server defaults, for its
+/// worker table only).
+fn quotas(state: &Ctx) -> Quotas {
+    if &*state.tenant == DEFAULT_TENANT {
+        Quotas::default()
+    } else {
+        state.config.quotas_of(&state.tenant)
+    }
 }
 
-pub(crate) async fn stats(Ctx(state): Ctx) -> Result<Json<Stats>> {
+/// One tenant's row in `/metrics`: its name, usage, quotas and (for its own admin) its queue.
+struct TenantLines<'a> {
+    name: &'a str,
+    usage: &'a TenantUsage,
+    quotas: Quotas,
+    depth: Option<QueueDepth>,
+}
+
+/// The tenant families, each with its HELP and TYPE once and one sample a tenant (the text
+/// format wants a family's samples together).
+fn render_tenants(out: &mut String, rows: &[TenantLines<'_>]) {
+    let family = |out: &mut String, name: &str, kind: &str, help: &str| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    };
+    if rows.iter().any(|r| r.depth.is_some()) {
+        family(
+            out,
+            "ternflow_tenant_queue",
+            "gauge",
+            "The tenant's jobs by state.",
+        );
+        for r in rows {
+            let Some(d) = r.depth else { continue };
+            let t = label(r.name);
+            for (state, v) in [
+                ("ready", d.ready),
+                ("delayed", d.delayed),
+                ("leased", d.leased),
+                ("dead", d.dead),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "ternflow_tenant_queue{{tenant=\"{t}\",state=\"{state}\"}} {v}"
+                );
+            }
+        }
+    }
+    let Some(first) = rows.first() else { return };
+    for (i, (name, help, _)) in first.usage.counters.list().into_iter().enumerate() {
+        let metric = format!("ternflow_tenant_{name}_total");
+        family(out, &metric, "counter", help);
+        for r in rows {
+            let v = r.usage.counters.list()[i].2;
+            let _ = writeln!(out, "{metric}{{tenant=\"{}\"}} {v}", label(r.name));
+        }
+    }
+    family(
+        out,
+        "ternflow_tenant_workers",
+        "gauge",
+        "Rows in the tenant's worker table.",
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "ternflow_tenant_workers{{tenant=\"{}\"}} {}",
+            label(r.name),
+            r.usage.workers.len()
+        );
+    }
+    family(
+        out,
+        "ternflow_tenant_cache_bytes",
+        "gauge",
+        "Bytes of the tenant's live cache entries (last sample plus writes since).",
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "ternflow_tenant_cache_bytes{{tenant=\"{}\"}} {}",
+            label(r.name),
+            r.usage.cache_bytes_estimate().unwrap_or(0)
+        );
+    }
+    family(
+        out,
+        "ternflow_tenant_quota",
+        "gauge",
+        "The tenant's quotas (docs/security.md).",
+    );
+    for r in rows {
+        let t = label(r.name);
+        for (quota, v) in quota_list(&r.quotas) {
+            let _ = writeln!(
+                out,
+                "ternflow_tenant_quota{{tenant=\"{t}\",quota=\"{quota}\"}} {v}"
+            );
+        }
+    }
+}
+
+/// A tenant's quotas by name.
+pub(crate) fn quota_list(q: &Quotas) -> [(&'static str, u64); 4] {
+    [
+        ("max_queue", q.max_queue),
+        ("max_workers", q.max_workers as u64),
+        ("embed_tokens_per_min", u64::from(q.embed_tokens_per_min)),
+        ("max_cache_bytes", q.max_cache_bytes),
+    ]
+}
+
+pub(crate) async fn prometheus(
+    state: Ctx,
+    Extension(caller): Extension<Identity>,
+) -> Result<impl IntoResponse> {
+    let now = state.now();
+    let depth = state.store.depth(now).await?;
+    let mut text = String::with_capacity(4_096);
+    if caller.is_operator() {
+        text = state.metrics.render(depth, state.locks_held(), now);
+        let (open, opened, closed) = state.tenants.counts().await;
+        let _ = writeln!(
+            text,
+            "# HELP ternflow_tenants_open Tenants with an open store (besides default).\n\
+             # TYPE ternflow_tenants_open gauge\nternflow_tenants_open {open}\n\
+             # HELP ternflow_tenants_opened_total Tenant stores opened since start.\n\
+             # TYPE ternflow_tenants_opened_total counter\nternflow_tenants_opened_total {opened}\n\
+             # HELP ternflow_tenants_closed_total Tenant stores closed (idle or least recently used).\n\
+             # TYPE ternflow_tenants_closed_total counter\nternflow_tenants_closed_total {closed}"
+        );
+        let all = state.tenants.all().await;
+        let rows: Vec<TenantLines<'_>> = all
+            .iter()
+            .map(|(name, t)| TenantLines {
+                name,
+                usage: &t.usage,
+                quotas: if &**name == DEFAULT_TENANT {
+                    Quotas::default()
+                } else {
+                    state.config.quotas_of(name)
+                },
+                depth: None,
+            })
+            .collect();
+        render_tenants(&mut text, &rows);
+    } else {
+        render_tenants(
+            &mut text,
+            &[TenantLines {
+                name: &state.tenant,
+                usage: &state.usage,
+                quotas: quotas(&state),
+                depth: Some(depth),
+            }],
+        );
+    }
+    state.usage.workers.render(&state.tenant, now, &mut text);
+    Ok(([(header::CONTENT_TYPE, TEXT)], text))
+}
+
+pub(crate) async fn stats(
+    state: Ctx,
+    Extension(caller): Extension<Identity>,
+) -> Result<Json<Stats>> {
     let now = state.now();
     let queue = state.store.depth(now).await?;
-    let counters = state.counter_map();
+    let workers = state.usage.workers.snapshots(now);
+    if caller.is_operator() {
+        let mut counters = state.counter_map();
+        let (open, opened, closed) = state.tenants.counts().await;
+        counters.insert("tenants_open".to_owned(), open as u64);
+        counters.insert("tenants_opened".to_owned(), opened);
+        counters.insert("tenants_closed".to_owned(), closed);
+        return Ok(Json(Stats {
+            queue,
+            counters,
+            ack_rate: state.metrics.ack_rate(now),
+            workers,
+        }));
+    }
+    // A tenant's admin: its own counters, nothing of the server's (they add up every tenant).
     Ok(Json(Stats {
         queue,
-        counters,
-        ack_rate: state.metrics.ack_rate(now),
-        workers: state.metrics.workers(now),
+        counters: state.usage.counter_map(),
+        ack_rate: 0.0,
+        workers,
     }))
 }
 
 pub(crate) async fn push(
-    Ctx(state): Ctx,
-    axum::Extension(caller): axum::Extension<crate::limits::Caller>,
+    state: Ctx,
+    Extension(caller): Extension<Identity>,
     headers: axum::http::HeaderMap,
     Json(snap): Json<WorkerMetrics>,
 ) -> Result<StatusCode> {
-    if snap.worker.is_empty() {
-        return Err(Error::bad_request("bad_worker", "worker is required"));
-    }
-    if snap.worker.len() > 128 {
-        return Err(Error::bad_request("bad_worker", "worker is 1–128 bytes"));
-    }
-    // Worker names are the tenant's own: two tenants' "w1" are two workers.
-    let mut snap = snap;
-    if &*state.tenant != crate::tenants::DEFAULT_TENANT {
-        snap.worker = format!("{}/{}", state.tenant, snap.worker);
-    }
     let ua = headers
         .get(header::USER_AGENT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    state
-        .metrics
-        .push_worker_from(snap, ua, &caller.sub, state.now());
-    Ok(StatusCode::NO_CONTENT)
+    let max = quotas(&state).max_workers;
+    let bounds = if &*state.tenant == DEFAULT_TENANT {
+        Bounds::fleet(max)
+    } else {
+        Bounds::visitors(max)
+    };
+    match state
+        .usage
+        .workers
+        .push(snap, ua, &caller.sub, state.now(), bounds)
+    {
+        Ok(()) => Ok(StatusCode::NO_CONTENT),
+        Err(Refused::BadName) => Err(Error::bad_request(
+            "bad_worker",
+            "worker must be 1–128 characters of [A-Za-z0-9._:@-]",
+        )),
+        Err(Refused::Full(n)) => {
+            state.usage.add(|c| &c.quota_refused, 1);
+            Err(Error::QuotaExceeded {
+                message: format!(
+                    "this tenant already has {n} workers reporting (its max_workers quota)"
+                ),
+                retry_after_s: 60,
+            })
+        }
+    }
 }
