@@ -150,6 +150,72 @@ fn thread_cpu_us() -> u64 {
     0
 }
 
+/// Lowers the calling thread's scheduling priority to `nice` (Linux: a thread's own nice
+/// value; elsewhere nothing). Best effort: a failure is logged, the thread runs on.
+fn lower_priority(nice: i32) {
+    if nice <= 0 {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid takes no argument; setpriority with PRIO_PROCESS and a thread id
+        // changes that thread's nice value only.
+        let rc = unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::setpriority(libc::PRIO_PROCESS, tid, nice.min(19))
+        };
+        if rc != 0 {
+            tracing::warn!(
+                nice,
+                error = %std::io::Error::last_os_error(),
+                "could not lower the engine thread's priority"
+            );
+        }
+    }
+}
+
+type EngineOut = (std::result::Result<Vec<Vec<f32>>, String>, u64);
+
+/// The engine's own thread: one batch at a time, at a lowered priority, its CPU time measured.
+struct EngineThread {
+    calls: std::sync::mpsc::Sender<(Vec<String>, oneshot::Sender<EngineOut>)>,
+}
+
+impl EngineThread {
+    fn start(embedder: Arc<dyn Embedder>, nice: i32) -> Self {
+        let (calls, rx) = std::sync::mpsc::channel::<(Vec<String>, oneshot::Sender<EngineOut>)>();
+        let spawned = std::thread::Builder::new()
+            .name("ternflow-engine".to_owned())
+            .spawn(move || {
+                lower_priority(nice);
+                for (texts, reply) in rx {
+                    let cpu0 = thread_cpu_us();
+                    // A panic fails this batch, not the thread (and every later batch).
+                    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        embedder.embed_batch(&texts)
+                    }))
+                    .unwrap_or_else(|_| Err("the engine panicked on this batch".to_owned()));
+                    let _ = reply.send((out, thread_cpu_us().saturating_sub(cpu0)));
+                }
+            });
+        if let Err(e) = spawned {
+            // The calls then fail one by one with this in their error (`run`).
+            tracing::error!(error = %e, "could not start the engine thread");
+        }
+        EngineThread { calls }
+    }
+
+    /// Runs one batch; an error when the thread is gone.
+    async fn run(&self, texts: Vec<String>) -> EngineOut {
+        let (tx, rx) = oneshot::channel();
+        if self.calls.send((texts, tx)).is_err() {
+            return (Err("the engine thread is not running".to_owned()), 0);
+        }
+        rx.await
+            .unwrap_or_else(|_| (Err("the engine thread stopped mid-batch".to_owned()), 0))
+    }
+}
+
 struct Pending {
     texts: Vec<String>,
     reply: oneshot::Sender<std::result::Result<Vec<Vec<f32>>, String>>,
@@ -174,17 +240,20 @@ impl std::fmt::Debug for Batcher {
 }
 
 impl Batcher {
-    /// Starts the batching task: at most `max_batch` texts per engine call, at most `queue`
-    /// requests waiting.
+    /// Starts the batching task and the engine's thread: at most `max_batch` texts per engine
+    /// call, at most `queue` requests waiting. The engine runs on a thread of its own at
+    /// `nice` ([`lower_priority`]); it ends when the last `Batcher` is dropped.
     pub fn start(
         embedder: Arc<dyn Embedder>,
         max_batch: usize,
         queue: usize,
+        nice: i32,
         metrics: Arc<Metrics>,
     ) -> Self {
         let (tx, mut rx) = mpsc::channel::<Pending>(queue.max(1));
         let model_id = embedder.model_id();
         let dim = embedder.dim();
+        let engine = EngineThread::start(embedder, nice);
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
                 let mut n = first.texts.len();
@@ -199,15 +268,8 @@ impl Batcher {
                     }
                 }
                 let texts: Vec<String> = batch.iter().flat_map(|p| p.texts.clone()).collect();
-                let e = embedder.clone();
                 let started = Instant::now();
-                let (out, cpu_us) = tokio::task::spawn_blocking(move || {
-                    let cpu0 = thread_cpu_us();
-                    let out = e.embed_batch(&texts);
-                    (out, thread_cpu_us().saturating_sub(cpu0))
-                })
-                .await
-                .unwrap_or_else(|e| (Err(format!("embed task failed: {e}")), 0));
+                let (out, cpu_us) = engine.run(texts).await;
                 let took = started.elapsed();
                 metrics.observe_embed(took.as_secs_f64() * 1_000.0);
                 // The engine time of the batch, shared out by texts: verification's part.

@@ -74,6 +74,15 @@ pub enum Error {
         /// `Retry-After` in seconds.
         retry_after_s: u64,
     },
+    /// 429 `quota_exceeded`: the tenant is at one of its quotas (`crate::quota`); retry after
+    /// the hint (a budget refills), or once it holds less.
+    #[error("{message}")]
+    QuotaExceeded {
+        /// Detail.
+        message: String,
+        /// `Retry-After` in seconds.
+        retry_after_s: u64,
+    },
     /// 503: the server cannot serve this now (no model loaded, shutting down). Transient.
     #[error("{0}")]
     Unavailable(String),
@@ -126,6 +135,7 @@ impl Error {
         matches!(
             self,
             Error::TooManyRequests { .. }
+                | Error::QuotaExceeded { .. }
                 | Error::RequestTimeout(_)
                 | Error::Unavailable(_)
                 | Error::Store(_)
@@ -142,7 +152,9 @@ impl Error {
             Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Error::Conflict { .. } => StatusCode::CONFLICT,
             Error::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Error::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Error::TooManyRequests { .. } | Error::QuotaExceeded { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             Error::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::Unavailable(_) | Error::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -161,6 +173,7 @@ impl Error {
             Error::NotFound(_) => "not_found",
             Error::MethodNotAllowed => "method_not_allowed",
             Error::TooManyRequests { .. } => "too_many_requests",
+            Error::QuotaExceeded { .. } => "quota_exceeded",
             Error::RequestTimeout(_) => "body_timeout",
             Error::Unavailable(_) => "unavailable",
             Error::Store(_) => "store_unavailable",
@@ -197,7 +210,8 @@ impl IntoResponse for Error {
                 body.expires_at = expires_at;
                 retry_after_s
             }
-            Error::TooManyRequests { retry_after_s, .. } => Some(retry_after_s),
+            Error::TooManyRequests { retry_after_s, .. }
+            | Error::QuotaExceeded { retry_after_s, .. } => Some(retry_after_s),
             Error::Unavailable(_) | Error::Store(_) => Some(1),
             _ => None,
         };

@@ -1,5 +1,8 @@
-//! Per-token limits: a request rate (token bucket, `governor`) and open SSE streams. Applied
-//! after authentication, keyed by the token's digest, so unknown tokens (401) never add keys.
+//! Per-token limits: a request rate (token bucket, `governor`), open SSE streams, waiting long
+//! polls, a signed token's own claim rate, and the embed budgets (per token and per tenant,
+//! cost-based: `governor` buckets taking a request's cost at once). Applied after
+//! authentication, keyed by the token's digest (or the tenant's name), so unknown tokens (401)
+//! never add keys.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -10,34 +13,10 @@ use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLim
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::identity::Identity as Caller;
 
 /// Claim buckets kept before they are started afresh.
 const MAX_CLAIM_BUCKETS: usize = 100_000;
-
-/// Who is calling: the token's digest and tenant, put on the request by the auth gate.
-#[derive(Debug, Clone)]
-pub(crate) struct Caller {
-    pub(crate) key: [u8; 32],
-    pub(crate) tenant: Arc<str>,
-    /// A signed token's own claim limit, per minute.
-    pub(crate) claims_per_min: Option<u32>,
-    /// The token's role.
-    pub(crate) role: crate::auth::Role,
-    /// Who writes with this token, for result provenance and verification
-    /// ([`crate::integrity::writer_id`]).
-    pub(crate) sub: Arc<str>,
-}
-
-impl Caller {
-    /// The caller as the writer of results, under the worker name it gives.
-    pub(crate) fn writer(&self, worker: Option<&str>) -> crate::integrity::Writer {
-        crate::integrity::Writer {
-            tenant: self.tenant.clone(),
-            sub: self.sub.clone(),
-            worker: crate::integrity::worker_name(worker),
-        }
-    }
-}
 
 /// See the [module docs](self).
 pub(crate) struct Limits {
@@ -46,6 +25,12 @@ pub(crate) struct Limits {
     streams: Mutex<HashMap<[u8; 32], usize>>,
     /// Per-token claim buckets of tokens that carry `claims_per_min` (each its own quota).
     claims: Mutex<HashMap<[u8; 32], DefaultDirectRateLimiter>>,
+    max_polls: usize,
+    polls: Mutex<HashMap<[u8; 32], usize>>,
+    /// Per-token embed budget (signed tokens).
+    embed_token: DefaultKeyedRateLimiter<[u8; 32]>,
+    /// Per-tenant embed budgets, each with its tenant's own quota.
+    embed_tenant: Mutex<HashMap<std::sync::Arc<str>, DefaultDirectRateLimiter>>,
 }
 
 impl std::fmt::Debug for Limits {
@@ -65,7 +50,85 @@ impl Limits {
             max_streams: cfg.max_streams_per_token,
             streams: Mutex::new(HashMap::new()),
             claims: Mutex::new(HashMap::new()),
+            max_polls: cfg.max_polls_per_token.max(1),
+            polls: Mutex::new(HashMap::new()),
+            embed_token: RateLimiter::keyed(Quota::per_minute(
+                NonZeroU32::new(cfg.embed_tokens_per_min).unwrap_or(NonZeroU32::MIN),
+            )),
+            embed_tenant: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Counts a long-polling claim for the caller until the guard drops.
+    ///
+    /// # Errors
+    /// 429 when the token already has `max_polls_per_token` waiting.
+    pub(crate) fn open_poll(self: &Arc<Self>, caller: &Caller) -> Result<PollGuard> {
+        let mut p = self.polls.lock().unwrap_or_else(|p| p.into_inner());
+        let n = p.entry(caller.key).or_insert(0);
+        if *n >= self.max_polls {
+            return Err(Error::TooManyRequests {
+                message: format!(
+                    "this token already has {} claims waiting (long polls); claim with \
+                     wait_ms 0 or wait for one to return",
+                    self.max_polls
+                ),
+                retry_after_s: 1,
+            });
+        }
+        *n += 1;
+        Ok(PollGuard {
+            limits: self.clone(),
+            key: caller.key,
+        })
+    }
+
+    /// Takes `cost` from the caller's embed budget and its tenant's (`tenant_per_min`). The
+    /// `default` tenant's static tokens are the operator's own and have no embed budget.
+    ///
+    /// # Errors
+    /// 429 `quota_exceeded` with `Retry-After` when either budget cannot pay `cost` now (or
+    /// ever: a request costing more than a whole minute's budget is refused and says so).
+    pub(crate) fn spend_embed(
+        &self,
+        caller: &Caller,
+        tenant_per_min: u32,
+        cost: u32,
+    ) -> Result<()> {
+        if &*caller.tenant == crate::identity::DEFAULT_TENANT {
+            return Ok(());
+        }
+        let n = NonZeroU32::new(cost.max(1)).unwrap_or(NonZeroU32::MIN);
+        let refused = |who: &str,
+                       r: std::result::Result<
+            std::result::Result<(), governor::NotUntil<_>>,
+            governor::InsufficientCapacity,
+        >| {
+            match r {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(not_until)) => Err(Error::QuotaExceeded {
+                message: format!("{who} embed budget is spent for now ({cost} units asked)"),
+                retry_after_s: not_until
+                    .wait_time_from(DefaultClock::default().now())
+                    .as_secs_f64()
+                    .ceil()
+                    .max(1.0) as u64,
+            }),
+            Err(_) => Err(Error::QuotaExceeded {
+                message: format!("this request costs {cost} embed units, more than {who} whole budget a minute; send fewer or shorter texts"),
+                retry_after_s: 60,
+            }),
+        }
+        };
+        // The token's own budget first: a request it refuses costs the tenant (and so the
+        // tenant's other tokens) nothing. One the tenant then refuses has spent the token's.
+        refused("this token's", self.embed_token.check_key_n(&caller.key, n))?;
+        let mut m = self.embed_tenant.lock().unwrap_or_else(|p| p.into_inner());
+        let per_min = NonZeroU32::new(tenant_per_min).unwrap_or(NonZeroU32::MIN);
+        let bucket = m
+            .entry(caller.tenant.clone())
+            .or_insert_with(|| RateLimiter::direct(Quota::per_minute(per_min)));
+        refused("the tenant's", bucket.check_n(n))
     }
 
     /// Takes one request from the caller's bucket.
@@ -134,11 +197,37 @@ impl Limits {
     pub(crate) fn tidy(&self) {
         self.rate.retain_recent();
         self.rate.shrink_to_fit();
+        self.embed_token.retain_recent();
+        self.embed_token.shrink_to_fit();
         // Signed tokens live minutes: past the bound, start the buckets afresh (a full bucket
         // for a token that had used some is the only leniency).
         let mut m = self.claims.lock().unwrap_or_else(|p| p.into_inner());
         if m.len() > MAX_CLAIM_BUCKETS {
             m.clear();
+        }
+        drop(m);
+        let mut e = self.embed_tenant.lock().unwrap_or_else(|p| p.into_inner());
+        if e.len() > MAX_CLAIM_BUCKETS {
+            e.clear();
+        }
+    }
+}
+
+/// A waiting long poll, counted against its token.
+#[derive(Debug)]
+pub(crate) struct PollGuard {
+    limits: Arc<Limits>,
+    key: [u8; 32],
+}
+
+impl Drop for PollGuard {
+    fn drop(&mut self) {
+        let mut p = self.limits.polls.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = p.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                p.remove(&self.key);
+            }
         }
     }
 }

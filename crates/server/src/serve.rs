@@ -1,11 +1,15 @@
 //! [`run`]: the accept loop. HTTP/1.1 over hyper with the connection-level limits axum's own
 //! `serve` does not offer: a header read timeout (also the keep-alive idle timeout), a bound on
-//! open connections, and a graceful shutdown with a deadline after which stalled connections
+//! open connections (in all, and per client address, so one client's idle sockets cannot use
+//! up everyone's), and a graceful shutdown with a deadline after which stalled connections
 //! are closed.
 //!
 //! HTTP/2 is not served here: browsers speak it only over TLS, which a proxy in front terminates.
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper::body::Incoming;
@@ -17,6 +21,44 @@ use tokio::task::JoinSet;
 use tower::ServiceExt;
 
 use crate::state::AppState;
+
+/// Open connections per client address.
+type Peers = Arc<Mutex<HashMap<IpAddr, usize>>>;
+
+/// One open connection of an address, counted until it drops. Hand-written: a count per key
+/// with a guard is all it is, and `tower`'s limits are per service, not per peer.
+struct PeerSlot {
+    peers: Peers,
+    ip: IpAddr,
+}
+
+impl PeerSlot {
+    /// A slot for `ip`, or `None` when it already has `max` connections open.
+    fn take(peers: &Peers, ip: IpAddr, max: usize) -> Option<PeerSlot> {
+        let mut p = peers.lock().unwrap_or_else(|e| e.into_inner());
+        let n = p.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            peers: peers.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut p = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = p.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                p.remove(&self.ip);
+            }
+        }
+    }
+}
 
 /// Pause after `accept` fails (out of file descriptors): the failure would repeat at once.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
@@ -44,6 +86,7 @@ pub async fn run(
         .keep_alive(true);
     let graceful = GracefulShutdown::new();
     let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(cfg.max_connections));
+    let peers: Peers = Arc::default();
     let mut conns = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -65,6 +108,12 @@ pub async fn run(
             drop(stream);
             continue;
         };
+        let Some(per_ip) = PeerSlot::take(&peers, peer.ip(), cfg.max_connections_per_ip) else {
+            state.metrics.add(|c| &c.connections_refused, 1);
+            tracing::debug!(%peer, limit = cfg.max_connections_per_ip, "per-address connection limit reached; closed");
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let svc = router
             .clone()
@@ -75,7 +124,7 @@ pub async fn run(
             if let Err(e) = conn.await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
-            drop(permit);
+            drop((permit, per_ip));
         });
     }
     tracing::info!("shutting down");

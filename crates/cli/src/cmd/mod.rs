@@ -36,7 +36,7 @@ pub enum Command {
     /// Write a random valid TERN v1 model (for tests and benchmarks).
     GenModel(gen_model::Args),
     /// Run the companion server: queue, SSE, cache, locks, backend embed, metrics.
-    Serve(serve::Args),
+    Serve(Box<serve::Args>),
     /// Submit jobs to a server, one per line (text or JSON).
     Enqueue(enqueue::Args),
     /// Show a server's queue depth, counters and workers.
@@ -56,7 +56,7 @@ impl Command {
             Self::Embed(a) => embed::run(a),
             Self::Bench(a) => bench::run(a),
             Self::GenModel(a) => gen_model::run(a),
-            Self::Serve(a) => serve::run(a),
+            Self::Serve(a) => serve::run(*a),
             Self::Enqueue(a) => enqueue::run(a),
             Self::Stats(a) => stats::run(a),
             Self::BenchServer(a) => bench_server::run(a),

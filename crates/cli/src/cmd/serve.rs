@@ -104,6 +104,47 @@ pub struct Args {
     /// optional; the flags above are the default for every tenant).
     #[arg(long, value_name = "FILE")]
     pub verify_tenants: Option<PathBuf>,
+    /// Nice value of the engine's thread (Linux, 0..=19): above 0 the backend embeds and
+    /// verification yield a busy CPU to queue requests (claims, acks) and use every idle cycle.
+    #[arg(long, default_value_t = 10, value_name = "N", value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub engine_nice: i32,
+    /// Most tenants with an open store at once (each costs file descriptors and threads,
+    /// docs/security.md); the least recently used idle one is closed to open another.
+    /// Default: an eighth of the open-file limit (`ulimit -n`), within 16..=4096.
+    #[arg(long, value_name = "N")]
+    pub max_open_tenants: Option<usize>,
+    /// A tenant unused this long is closed (its data stays; its next request reopens it).
+    #[arg(long, default_value_t = 300, value_name = "SECS")]
+    pub tenant_idle_secs: u64,
+    /// Most long-polling claims one token may have waiting at once (more get 429).
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub max_polls_per_token: usize,
+    /// Most open connections from one client address (more are closed at once). Behind a
+    /// proxy every client has the proxy's address: set it to --max-connections there.
+    #[arg(long, default_value_t = 512, value_name = "N")]
+    pub max_connections_per_ip: usize,
+    /// `POST /v1/embed` budget of one signed token, in units a minute (a text costs
+    /// 1 + bytes/4, at most 128); 429 `quota_exceeded` beyond.
+    #[arg(long, default_value_t = 20_000, value_name = "UNITS")]
+    pub embed_tokens_per_min: u32,
+    /// Quota of every signed tenant: most jobs pending (ready, delayed, leased).
+    #[arg(long, default_value_t = 1_000_000, value_name = "N")]
+    pub tenant_max_queue: u64,
+    /// Quota of every signed tenant: most workers in its worker table.
+    #[arg(long, default_value_t = 1_000, value_name = "N")]
+    pub tenant_max_workers: usize,
+    /// Quota of every signed tenant: `POST /v1/embed` units a minute, all its tokens together.
+    #[arg(long, default_value_t = 200_000, value_name = "UNITS")]
+    pub tenant_embed_tokens_per_min: u32,
+    /// Quota of every signed tenant: most bytes of live remote-cache entries (key bytes + 4 a
+    /// dimension each); `PUT /v1/cache` beyond it gets 429 and an ack's write-through is skipped.
+    #[arg(long, default_value_t = 1 << 30, value_name = "BYTES")]
+    pub tenant_max_cache_bytes: u64,
+    /// Per-tenant quotas, a JSON object `{"tenant": {"max_queue": N, "max_workers": N,
+    /// "embed_tokens_per_min": N, "max_cache_bytes": N}}` (each field optional; the --tenant-*
+    /// flags are the default).
+    #[arg(long, value_name = "FILE")]
+    pub tenant_quotas: Option<PathBuf>,
 }
 
 fn jwt_keys(args: &Args) -> Result<Keys, Box<dyn std::error::Error>> {
@@ -212,8 +253,47 @@ pub fn run(args: Args) -> CmdResult {
             .map_err(|e| format!("{}: {e}", path.display()))?,
             None => Default::default(),
         },
+        max_open_tenants: args
+            .max_open_tenants
+            .unwrap_or_else(ternflow_server::config::default_max_open_tenants)
+            .max(1),
+        tenant_idle_ms: args.tenant_idle_secs.saturating_mul(1_000),
+        max_polls_per_token: args.max_polls_per_token,
+        engine_nice: args.engine_nice,
+        max_connections_per_ip: args.max_connections_per_ip,
+        embed_tokens_per_min: args.embed_tokens_per_min,
+        quotas: ternflow_server::quota::Quotas {
+            max_queue: args.tenant_max_queue,
+            max_workers: args.tenant_max_workers,
+            embed_tokens_per_min: args.tenant_embed_tokens_per_min,
+            max_cache_bytes: args.tenant_max_cache_bytes,
+        },
+        tenant_quotas: match &args.tenant_quotas {
+            Some(path) => serde_json::from_str(
+                &std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?,
+            )
+            .map_err(|e| format!("{}: {e}", path.display()))?,
+            None => Default::default(),
+        },
         ..Config::default()
     };
+    if args.max_polls_per_token == 0
+        || args.max_connections_per_ip == 0
+        || args.embed_tokens_per_min == 0
+    {
+        return Err("--max-polls-per-token, --max-connections-per-ip and --embed-tokens-per-min must be at least 1".into());
+    }
+    config
+        .quotas
+        .validate()
+        .map_err(|e| format!("--tenant-*: {e}"))?;
+    for (tenant, o) in &config.tenant_quotas {
+        config
+            .quotas
+            .with(o)
+            .validate()
+            .map_err(|e| format!("--tenant-quotas, tenant {tenant}: {e}"))?;
+    }
     config
         .verify
         .validate()

@@ -1,16 +1,22 @@
-//! `POST /v1/embed`: backend inference, batched across clients.
+//! `POST /v1/embed`: backend inference, batched across clients. The most expensive route, so
+//! it has budgets of its own besides the request rate: each signed token and each tenant may
+//! spend so many units a minute (`crate::quota::embed_cost`: about a unit per token), and
+//! beyond that gets 429 `quota_exceeded` with `Retry-After`.
 
 use std::time::Instant;
 
-use axum::extract::State;
+use axum::extract::Extension;
 use ternflow_core::protocol::{EmbedRequest, EmbedResponse, Vector};
 
 use crate::error::{Error, Result};
 use crate::extract::Json;
-use crate::state::AppState;
+use crate::identity::Identity;
+use crate::quota::{embed_cost, WINDOW_TOKENS};
+use crate::tenants::Ctx;
 
 pub(crate) async fn embed(
-    State(state): State<AppState>,
+    state: Ctx,
+    Extension(caller): Extension<Identity>,
     Json(req): Json<EmbedRequest>,
 ) -> Result<Json<EmbedResponse>> {
     let Some(batcher) = state.embed.clone() else {
@@ -34,6 +40,13 @@ pub(crate) async fn embed(
             format!("texts are limited to {} bytes", cfg.max_text_bytes),
         ));
     }
+    let cost = embed_cost(&req.texts, WINDOW_TOKENS);
+    let tenant_budget = cfg.quotas_of(&state.tenant).embed_tokens_per_min;
+    if let Err(e) = state.limits.spend_embed(&caller, tenant_budget, cost) {
+        state.usage.add(|c| &c.quota_refused, 1);
+        state.metrics.add(|c| &c.embed_rejected, 1);
+        return Err(e);
+    }
     let n = req.texts.len() as u64;
     let started = Instant::now();
     let vectors = match batcher.embed(req.texts).await {
@@ -46,6 +59,8 @@ pub(crate) async fn embed(
     };
     state.metrics.add(|c| &c.embed_requests, 1);
     state.metrics.add(|c| &c.embed_texts, n);
+    state.usage.add(|c| &c.embed_texts, n);
+    state.usage.add(|c| &c.embed_tokens, u64::from(cost));
     tracing::debug!(
         texts = n,
         ms = started.elapsed().as_millis() as u64,

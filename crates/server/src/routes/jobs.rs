@@ -20,10 +20,9 @@ use axum::Extension;
 use crate::auth::Role;
 use crate::error::{Error, Result};
 use crate::extract::{Json, Path};
-use crate::limits::Caller;
+use crate::identity::{is_clean, Identity, DEFAULT_TENANT};
 use crate::queue::finish::{finish, resolve_cached};
 use crate::queue::{lease_lost, lost_or_missing, publish_depth, publish_finished, valid_id};
-use crate::state::AppState;
 use crate::store::{JobRecord, PRIORITY_RANGE};
 use crate::tenants::Ctx;
 
@@ -42,8 +41,38 @@ fn trace_id_from(headers: &HeaderMap) -> Option<String> {
         .map(|t| t.trace_id)
 }
 
+/// The tenant's `max_queue` quota (`crate::quota`): 429 `quota_exceeded` when `adding` more
+/// jobs would pass it. The count is a sample of the store's depth at most a second old plus
+/// what was enqueued here since, so a burst cannot slip past it between two samples; the
+/// operator's own tenant has no quota.
+async fn check_queue_quota(state: &Ctx, adding: u64, now: u64) -> Result<()> {
+    if &*state.tenant == DEFAULT_TENANT {
+        return Ok(());
+    }
+    let max = state.config.quotas_of(&state.tenant).max_queue;
+    let pending = match state.usage.pending_estimate(now) {
+        Some(p) => p,
+        None => {
+            let d = state.store.depth(now).await?;
+            let p = d.ready + d.delayed + d.leased;
+            state.usage.sampled(now, p);
+            p
+        }
+    };
+    if pending + adding > max {
+        state.usage.add(|c| &c.quota_refused, 1);
+        return Err(Error::QuotaExceeded {
+            message: format!(
+                "this tenant has {pending} jobs pending; its max_queue quota is {max}"
+            ),
+            retry_after_s: 5,
+        });
+    }
+    Ok(())
+}
+
 pub(crate) async fn enqueue(
-    Ctx(state): Ctx,
+    state: Ctx,
     headers: HeaderMap,
     Json(req): Json<EnqueueRequest>,
 ) -> Result<Json<EnqueueResponse>> {
@@ -107,8 +136,10 @@ pub(crate) async fn enqueue(
                 .unwrap_or_else(|| format!("{:032x}", rand::random::<u128>().max(1))),
         });
     }
+    check_queue_quota(&state, records.len() as u64, now).await?;
     let out = state.store.enqueue(records, now).await?;
     let new = out.iter().filter(|e| e.new).count() as u64;
+    state.usage.enqueued(new);
     state.metrics.add(|c| &c.jobs_enqueued, new);
     state
         .metrics
@@ -120,19 +151,27 @@ pub(crate) async fn enqueue(
 }
 
 pub(crate) async fn claim(
-    Ctx(state): Ctx,
-    caller: Option<Extension<Caller>>,
+    state: Ctx,
+    caller: Option<Extension<Identity>>,
     Json(req): Json<ClaimRequest>,
 ) -> Result<Json<ClaimResponse>> {
     if let Some(Extension(c)) = &caller {
         state.limits.check_claim(c)?;
     }
+    // A waiting claim holds a slot of its token's (one visitor cannot hold every waiter).
+    let _poll = match &caller {
+        Some(Extension(c)) if req.wait_ms > 0 => Some(state.limits.open_poll(c)?),
+        _ => None,
+    };
     let caller_is_admin = caller
         .as_ref()
         .is_none_or(|Extension(c)| c.role == Role::Admin);
     let cfg = state.config.clone();
-    if req.worker.is_empty() || req.worker.len() > 128 {
-        return Err(Error::bad_request("bad_worker", "worker is 1–128 bytes"));
+    if !is_clean(&req.worker, 128) {
+        return Err(Error::bad_request(
+            "bad_worker",
+            "worker must be 1–128 characters of [A-Za-z0-9._:@-]",
+        ));
     }
     if let Some(m) = &req.model_id {
         valid_id(m)?;
@@ -230,7 +269,7 @@ pub(crate) async fn claim(
 }
 
 pub(crate) async fn heartbeat(
-    Ctx(state): Ctx,
+    state: Ctx,
     Path(id): Path<String>,
     Json(req): Json<HeartbeatRequest>,
 ) -> Result<Json<HeartbeatResponse>> {
@@ -248,7 +287,7 @@ pub(crate) async fn heartbeat(
 
 /// `POST /v1/jobs/heartbeat`: extends many leases in one store step, each answered on its own.
 pub(crate) async fn heartbeat_batch(
-    Ctx(state): Ctx,
+    state: Ctx,
     Json(req): Json<HeartbeatBatchRequest>,
 ) -> Result<Json<HeartbeatBatchResponse>> {
     if req.leases.is_empty() {
@@ -284,13 +323,13 @@ pub(crate) async fn heartbeat_batch(
 }
 
 pub(crate) async fn ack(
-    Ctx(state): Ctx,
-    Extension(caller): Extension<Caller>,
+    state: Ctx,
+    Extension(caller): Extension<Identity>,
     Path(id): Path<String>,
     Json(req): Json<AckRequest>,
 ) -> Result<Json<AckResponse>> {
     valid_id(&id)?;
-    let writer = caller.writer(req.worker.as_deref());
+    let writer = crate::integrity::Writer::of(&caller, req.worker.as_deref());
     let item = AckItem { id, ack: req };
     let r = finish(&state, &writer, vec![item])
         .await?
@@ -322,8 +361,8 @@ pub(crate) async fn ack(
 /// (a lost lease or a malformed ack never drops the others). A store failure fails the whole
 /// request (503): the worker sends the same batch again, and acks are idempotent per token.
 pub(crate) async fn ack_batch(
-    Ctx(state): Ctx,
-    Extension(caller): Extension<Caller>,
+    state: Ctx,
+    Extension(caller): Extension<Identity>,
     Json(req): Json<AckBatchRequest>,
 ) -> Result<Json<AckBatchResponse>> {
     if req.acks.is_empty() {
@@ -335,7 +374,7 @@ pub(crate) async fn ack_batch(
             format!("at most {} acks per request", state.config.max_claim),
         ));
     }
-    let writer = caller.writer(req.worker.as_deref());
+    let writer = crate::integrity::Writer::of(&caller, req.worker.as_deref());
     let results = finish(&state, &writer, req.acks).await?;
     Ok(Json(AckBatchResponse { results }))
 }
@@ -343,7 +382,7 @@ pub(crate) async fn ack_batch(
 /// `POST /v1/jobs/{id}/release`: a stopping worker hands the lease back; the job is ready again
 /// at once and the attempt is not counted.
 pub(crate) async fn release(
-    Ctx(state): Ctx,
+    state: Ctx,
     Path(id): Path<String>,
     Json(req): Json<ReleaseRequest>,
 ) -> Result<StatusCode> {
@@ -358,7 +397,7 @@ pub(crate) async fn release(
 }
 
 pub(crate) async fn nack(
-    Ctx(state): Ctx,
+    state: Ctx,
     Path(id): Path<String>,
     Json(req): Json<NackRequest>,
 ) -> Result<Json<NackResponse>> {
@@ -377,7 +416,7 @@ pub(crate) async fn nack(
 /// `POST /v1/jobs/nack`: many nacks, each applied as the single nack would be (concurrently, so
 /// the store commits them together) and answered on its own.
 pub(crate) async fn nack_batch(
-    Ctx(state): Ctx,
+    state: Ctx,
     Json(req): Json<NackBatchRequest>,
 ) -> Result<Json<NackBatchResponse>> {
     if req.nacks.is_empty() {
@@ -422,7 +461,7 @@ pub(crate) async fn nack_batch(
 }
 
 /// One nack: its backoff from the attempt number, then the store's answer (counted).
-async fn nack_one(state: &AppState, id: &str, req: NackRequest) -> Result<NackItemOutcome> {
+async fn nack_one(state: &Ctx, id: &str, req: NackRequest) -> Result<NackItemOutcome> {
     let now = state.now();
     let cfg = &state.config;
     // The backoff depends on the attempt number, which the store knows; ask it first.
@@ -458,7 +497,7 @@ const MAX_STATUS_IDS: usize = 1_000;
 
 /// `POST /v1/jobs/status`: many jobs' status (and results) in one request, in order.
 /// Drops a result's provenance for callers who may not see it (all but admins).
-fn shown_to(caller: &Caller, mut s: JobStatus) -> JobStatus {
+fn shown_to(caller: &Identity, mut s: JobStatus) -> JobStatus {
     if caller.role != Role::Admin {
         if let JobState::Done { result } = &mut s.state {
             result.by = None;
@@ -468,8 +507,8 @@ fn shown_to(caller: &Caller, mut s: JobStatus) -> JobStatus {
 }
 
 pub(crate) async fn status_many(
-    Ctx(state): Ctx,
-    Extension(caller): Extension<Caller>,
+    state: Ctx,
+    Extension(caller): Extension<Identity>,
     Json(req): Json<StatusRequest>,
 ) -> Result<Json<StatusList>> {
     if req.ids.len() > MAX_STATUS_IDS {
@@ -504,8 +543,8 @@ pub(crate) async fn status_many(
 }
 
 pub(crate) async fn status(
-    Ctx(state): Ctx,
-    Extension(caller): Extension<Caller>,
+    state: Ctx,
+    Extension(caller): Extension<Identity>,
     Path(id): Path<String>,
 ) -> Result<Json<JobStatus>> {
     valid_id(&id)?;

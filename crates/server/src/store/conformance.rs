@@ -74,6 +74,7 @@ where
     cache_fences_and_ttl(make().await).await;
     cache_put_needs_a_lock_fence(make().await).await;
     sweep_removes_expired_entries_and_locks(make().await).await;
+    cache_bytes_counts_live_entries(make().await).await;
     history_is_capped(make().await).await;
     ack_many_answers_each(make().await).await;
     heartbeat_many_answers_each(make().await).await;
@@ -768,6 +769,38 @@ async fn cache_put_needs_a_lock_fence<S: Store>(s: S) {
         PutOutcome::Unfenced,
         "a lock on one key vouches for no other key"
     );
+}
+
+async fn cache_bytes_counts_live_entries<S: Store>(s: S) {
+    let one = crate::quota::entry_bytes("a", 3);
+    assert_eq!(s.cache_bytes(T0).await.unwrap(), 0, "an empty cache");
+    s.cache_put("a", entry(1, T0 + 100), Fenced::ByLease, T0)
+        .await
+        .unwrap();
+    s.cache_put("b", entry(1, T0 + 10_000), Fenced::ByLease, T0)
+        .await
+        .unwrap();
+    assert_eq!(s.cache_bytes(T0).await.unwrap(), 2 * one);
+    // A replacement counts once, at its new size.
+    let mut big = entry(2, T0 + 10_000);
+    big.vector = Vector(vec![0.5; 10]);
+    s.cache_put("b", big, Fenced::ByLease, T0).await.unwrap();
+    let b = crate::quota::entry_bytes("b", 10);
+    assert_eq!(
+        s.cache_bytes(T0).await.unwrap(),
+        one + b,
+        "replaced, not added"
+    );
+    // A stale write (older fence) changes nothing.
+    s.cache_put("b", entry(1, T0 + 10_000), Fenced::ByLease, T0)
+        .await
+        .unwrap();
+    assert_eq!(s.cache_bytes(T0).await.unwrap(), one + b, "a stale write");
+    // Expired entries stop counting once swept (at once where the store reads expiry).
+    s.sweep(T0 + 1_000, 1_000).await.unwrap();
+    assert_eq!(s.cache_bytes(T0 + 1_000).await.unwrap(), b, "expired");
+    assert!(s.cache_delete("b").await.unwrap());
+    assert_eq!(s.cache_bytes(T0 + 1_000).await.unwrap(), 0, "deleted");
 }
 
 async fn sweep_removes_expired_entries_and_locks<S: Store>(s: S) {

@@ -583,6 +583,16 @@ impl CacheStore for MemoryStore {
         Ok(self.lock().cache.remove(key).is_some())
     }
 
+    async fn cache_bytes(&self, now: u64) -> Result<u64> {
+        Ok(self
+            .lock()
+            .cache
+            .iter()
+            .filter(|(_, e)| e.expires_at > now)
+            .map(|(k, e)| crate::quota::entry_bytes(k, e.vector.0.len()))
+            .sum())
+    }
+
     async fn sweep(&self, now: u64, limit: usize) -> Result<u64> {
         let mut g = self.lock();
         let expired_entries: Vec<String> = g

@@ -255,6 +255,10 @@ pub trait CacheStore: Send + Sync + std::fmt::Debug + 'static {
     /// Deletes an entry; `true` when one existed.
     async fn cache_delete(&self, key: &str) -> Result<bool>;
 
+    /// Bytes of the live entries, [`crate::quota::entry_bytes`] each (the `max_cache_bytes`
+    /// quota; read every sweep, not on a request's path).
+    async fn cache_bytes(&self, now: u64) -> Result<u64>;
+
     /// Removes expired cache entries and locks (at most `limit` of each); returns how many.
     /// Stores with native expiry (Redis) have nothing to do.
     async fn sweep(&self, now: u64, limit: usize) -> Result<u64>;

@@ -1,5 +1,7 @@
 -- ARGV: prefix, key, model_id, vector, fence, expires_at, now, px, by_lock ('1': the fence must
--- be a live lock's on this key), by (the writer's provenance JSON, '' for none).
+-- be a live lock's on this key), by (the writer's provenance JSON, '' for none), bytes (what the
+-- entry counts against the cache-bytes quota: kept in P:cachelen, summed in P:cachebytes, its
+-- expiry in P:cachesz for the sweep that takes it off the sum).
 local k = p..':cache:'..ARGV[2]
 local fence, exp, now, px = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8]
 if ARGV[9] == '1' then
@@ -14,5 +16,10 @@ end
 redis.call('HSET', k, 'model_id', ARGV[3], 'vector', ARGV[4], 'fence', ARGV[5], 'expires_at', exp)
 if ARGV[10] ~= '' then redis.call('HSET', k, 'by', ARGV[10]) else redis.call('HDEL', k, 'by') end
 redis.call('PEXPIRE', k, px)
+local size = tonumber(ARGV[11])
+local old = tonumber(redis.call('HGET', p..':cachelen', ARGV[2]) or '0')
+redis.call('HSET', p..':cachelen', ARGV[2], size)
+redis.call('ZADD', p..':cachesz', exp, ARGV[2])
+redis.call('INCRBY', p..':cachebytes', size - old)
 if live then return {'1', '1'} end
 return {'1', '0'}

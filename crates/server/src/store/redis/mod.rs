@@ -10,7 +10,10 @@
 //! | `P:leased` | zset | leased ids, score = lease expiry |
 //! | `P:dlq` | zset | dead ids, score = dead_at |
 //! | `P:seq`, `P:fence`, `P:evseq` | string | counters (`INCR`) |
-//! | `P:cache:{key}` | hash | model_id, vector, fence, expires_at |
+//! | `P:cache:{key}` | hash | model_id, vector, fence, expires_at, by |
+//! | `P:cachelen` | hash | cache key → its bytes against the cache-bytes quota |
+//! | `P:cachesz` | zset | cache keys, score = expires_at (the sweep takes expired ones off the sum) |
+//! | `P:cachebytes` | string | the sum of `P:cachelen` (`INCRBY`) |
 //! | `P:lock:{key}` | hash | token, fence, expires_at |
 //!
 //! The scripts are the `.lua` files beside this one (`head.lua` is prepended to each).
@@ -80,6 +83,10 @@ const REDRIVE: &str = include_str!("redrive.lua");
 
 const CACHE_PUT: &str = include_str!("cache_put.lua");
 
+const CACHE_DELETE: &str = include_str!("cache_delete.lua");
+
+const CACHE_SWEEP: &str = include_str!("cache_sweep.lua");
+
 const REQUEUE_DONE: &str = include_str!("requeue_done.lua");
 
 const QUARANTINE: &str = include_str!("quarantine.lua");
@@ -103,6 +110,8 @@ struct Scripts {
     release: Script,
     redrive: Script,
     cache_put: Script,
+    cache_delete: Script,
+    cache_sweep: Script,
     requeue_done: Script,
     quarantine: Script,
     lock_acquire: Script,
@@ -130,6 +139,8 @@ impl Scripts {
             release: s(RELEASE),
             redrive: s(REDRIVE),
             cache_put: s(CACHE_PUT),
+            cache_delete: s(CACHE_DELETE),
+            cache_sweep: s(CACHE_SWEEP),
             requeue_done: s(REQUEUE_DONE),
             quarantine: s(QUARANTINE),
             lock_acquire: s(LOCK_ACQUIRE),
@@ -729,7 +740,8 @@ impl CacheStore for RedisStore {
                     .arg(now)
                     .arg(px)
                     .arg(if by == Fenced::ByLock { "1" } else { "0" })
-                    .arg(&writer);
+                    .arg(&writer)
+                    .arg(crate::quota::entry_bytes(key, entry.vector.0.len()));
             })
             .await?;
         if out.first().map(String::as_str) == Some("u") {
@@ -756,18 +768,34 @@ impl CacheStore for RedisStore {
     }
 
     async fn cache_delete(&self, key: &str) -> Result<bool> {
-        let mut con = self.con.clone();
-        let n: i64 = redis::cmd("DEL")
-            .arg(self.key("cache", key))
-            .query_async(&mut con)
-            .await
-            .map_err(store_err)?;
+        let n: i64 = self
+            .invoke(&self.scripts.cache_delete, |i| {
+                i.arg(key);
+            })
+            .await?;
         Ok(n > 0)
     }
 
-    async fn sweep(&self, _now: u64, _limit: usize) -> Result<u64> {
+    async fn cache_bytes(&self, _now: u64) -> Result<u64> {
+        // Entries past their expiry count until the sweep takes them off (within a sweep).
+        let mut con = self.con.clone();
+        let n: Option<i64> = redis::cmd("GET")
+            .arg(format!("{}:cachebytes", self.prefix))
+            .query_async(&mut con)
+            .await
+            .map_err(store_err)?;
+        Ok(n.unwrap_or(0).max(0) as u64)
+    }
+
+    async fn sweep(&self, now: u64, limit: usize) -> Result<u64> {
         // Cache entries and locks carry Redis TTLs (`PEXPIRE`, expiry + GC_SLACK_MS): Redis
-        // removes them itself.
+        // removes them itself. What is left is the cache-bytes bookkeeping of expired entries,
+        // which removes nothing and so counts nothing here.
+        let _: i64 = self
+            .invoke(&self.scripts.cache_sweep, |i| {
+                i.arg(now).arg(limit);
+            })
+            .await?;
         Ok(0)
     }
 }

@@ -934,6 +934,19 @@ impl CacheStore for SqliteStore {
         .await
     }
 
+    async fn cache_bytes(&self, now: u64) -> Result<u64> {
+        self.read(move |conn| {
+            conn.prepare_cached(
+                "SELECT COALESCE(SUM(length(CAST(key AS BLOB)) + length(vector)), 0) \
+                 FROM cache WHERE expires_at > ?1",
+            )
+            .and_then(|mut st| st.query_row([now as i64], |r| r.get::<_, i64>(0)))
+            .map(|n| n.max(0) as u64)
+            .map_err(db_err)
+        })
+        .await
+    }
+
     async fn sweep(&self, now: u64, limit: usize) -> Result<u64> {
         self.run(move |conn, _| {
             let limit = limit.min(i64::MAX as usize) as i64;
