@@ -31,11 +31,15 @@ fn embed(text: &str) -> Vec<f32> {
 }
 
 fn setup(policy: Policy) -> (AppState, Api) {
+    setup_with(policy, Arc::new(MemoryStore::new()))
+}
+
+fn setup_with(policy: Policy, store: Arc<MemoryStore>) -> (AppState, Api) {
     let cfg = Config {
         verify: policy,
         ..Config::default()
     };
-    let state = AppState::new(Arc::new(MemoryStore::new()), tokens(), cfg)
+    let state = AppState::new(store, tokens(), cfg)
         .with_clock(Arc::new(FakeClock::new(1_000_000)))
         .with_embedder(Arc::new(hash()));
     let api = Api(ternflow_server::app(state.clone()));
@@ -351,8 +355,9 @@ async fn a_liar_after_probation_is_caught_with_the_sampling_probability() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quarantine_requeues_results_deletes_cache_entries_and_tells_browsers() {
     // Probation of 2, then every result sampled: the liar is caught on its first lie.
-    let (state, api) = setup(policy(2, 1.0));
-    let mut events = state.store().subscribe();
+    let store = Arc::new(MemoryStore::new());
+    let (state, api) = setup_with(policy(2, 1.0), store.clone());
+    let mut events = ternflow_server::EventBus::subscribe(store.as_ref());
     let all = texts("undo", 6);
     let ids = enqueue(&api, &all).await;
     // Honest for 5 results (2 on probation, 3 sampled and verified), with cache writes.
