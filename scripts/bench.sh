@@ -6,6 +6,8 @@
 #   - the server queue (no-op jobs enqueue → claim → ack) against BullMQ on the same Redis, and
 #     the cache GET against raw redis-benchmark on that Redis (ternflow bench-server);
 #   - the queue on the embedded store (SQLite);
+#   - 10 000 tenants on one server under `ulimit -n 1024`, and a quiet tenant next to a flooding
+#     one, on SQLite and on Redis (bench/tenants.sh, bench/noisy.sh);
 #   - the engine natively and in node, against the reference Ternlight engine (built from the clone
 #     in TERNLIGHT_DIR and measured in the same process, bench/reference.sh; else its published figures);
 #   - the npm package's sizes.
@@ -86,6 +88,20 @@ med() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
   done
   echo "embedded store x3, enqueue → claim → ack overall: ${sq[*]} jobs/s; median $(med "${sq[@]}")"
   $BIN bench-server --store memory --jobs 20000 --workers 8 --secs 3 2>&1 | grep -v WARNING
+  endsec
+
+  section "Tenants: 10 000 on one server under ulimit -n 1024 (bench/tenants.sh)"
+  for store in embedded "redis://127.0.0.1:$RPORT/0"; do
+    bench/tenants.sh --tenants 10000 --store "$store" --settle 5 2>&1
+    redis-cli -p "$RPORT" flushall >/dev/null
+  done
+  endsec
+
+  section "Noisy neighbour: a quiet tenant's load alone and next to a flooding tenant (bench/noisy.sh --rounds 3)"
+  for store in embedded "redis://127.0.0.1:$RPORT/0"; do
+    bench/noisy.sh --store "$store" --rounds 3 2>&1 || true
+    redis-cli -p "$RPORT" flushall >/dev/null
+  done
   endsec
 
   section "Engine (default model), natively and in node"
