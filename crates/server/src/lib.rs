@@ -70,10 +70,11 @@ pub use config::Config;
 pub use embed::{Embedder, EngineEmbedder, HashEmbedder};
 pub use error::{Error, Result};
 pub use identity::{Identity, Role};
-pub use serve::run;
+pub use serve::{ignore_file_size_signal, run};
 pub use state::AppState;
 pub use store::memory::MemoryStore;
 pub use store::redis::RedisStore;
+pub use store::sqlite::lock_data_dir;
 pub use store::sqlite::{SqliteStore, Synchronous};
 pub use store::{CacheStore, EventBus, LockStore, QueueStore, ResultScan, Store};
 

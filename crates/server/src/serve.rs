@@ -63,6 +63,17 @@ impl Drop for PeerSlot {
 /// Pause after `accept` fails (out of file descriptors): the failure would repeat at once.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
+/// Makes a write past the file-size limit (`ulimit -f`, `RLIMIT_FSIZE`) fail with `EFBIG`
+/// instead of killing the process with `SIGXFSZ` (the default action): the store then answers
+/// 503 and `/readyz` says why, and nothing is lost. Call it once, first thing in `main`.
+pub fn ignore_file_size_signal() {
+    #[cfg(unix)]
+    // SAFETY: setting a signal's disposition to SIG_IGN installs no handler code.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+}
+
 /// Serves `state` on `listener` until `shutdown` resolves, then stops accepting, ends SSE
 /// streams and long polls, lets in-flight requests finish for up to
 /// [`Config::shutdown_deadline_ms`](crate::Config::shutdown_deadline_ms), and closes what is

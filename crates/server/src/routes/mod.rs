@@ -20,6 +20,7 @@ pub(crate) mod dashboard;
 pub(crate) mod dlq;
 pub(crate) mod embed;
 pub(crate) mod events;
+pub(crate) mod health;
 pub(crate) mod jobs;
 pub(crate) mod locks;
 pub(crate) mod metrics;
@@ -171,7 +172,8 @@ pub fn router(state: AppState) -> Router {
             "/openapi.json",
             get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
         )
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
         .route("/v1/model", get(model::get))
         .route("/dashboard", get(dashboard::page))
         .route("/dashboard/", get(dashboard::slash))

@@ -532,6 +532,10 @@ impl QueueStore for MemoryStore {
         Ok(true)
     }
 
+    async fn probe_write(&self, _now: u64) -> Result<()> {
+        Ok(())
+    }
+
     async fn depth(&self, now: u64) -> Result<QueueDepth> {
         let g = self.lock();
         let due = g.delayed.iter().take_while(|(at, _, _)| *at <= now).count() as u64;

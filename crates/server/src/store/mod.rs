@@ -223,6 +223,10 @@ pub trait QueueStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Queue depth (delayed jobs already due count as ready).
     async fn depth(&self, now: u64) -> Result<QueueDepth>;
+
+    /// Makes one small durable write (a `ready_probe` marker holding `now`): what
+    /// `GET /readyz` asks of the store, so a full disk or a lost connection reads as not ready.
+    async fn probe_write(&self, now: u64) -> Result<()>;
 }
 
 /// The remote cache: fenced entries with a TTL.

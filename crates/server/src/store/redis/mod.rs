@@ -617,6 +617,18 @@ impl QueueStore for RedisStore {
         Ok(n == 1)
     }
 
+    async fn probe_write(&self, now: u64) -> Result<()> {
+        let mut con = self.con.clone();
+        redis::cmd("SET")
+            .arg(format!("{}:ready_probe", self.prefix))
+            .arg(now)
+            .arg("PX")
+            .arg(60_000)
+            .query_async::<()>(&mut con)
+            .await
+            .map_err(store_err)
+    }
+
     async fn depth(&self, now: u64) -> Result<QueueDepth> {
         let p = &self.prefix;
         let mut con = self.con.clone();

@@ -42,8 +42,11 @@ use super::{
 use crate::error::{Error, Result};
 use crate::store::local_events::LocalEvents;
 
+mod dir_lock;
 mod scan;
 mod writer;
+
+pub use dir_lock::lock_data_dir;
 
 use writer::{Counters, Op, ReadOp, Reply};
 
@@ -793,6 +796,19 @@ impl QueueStore for SqliteStore {
                 .and_then(|mut st| st.execute(params![id, c.next_seq() as i64]))
                 .map_err(db_err)?;
             Ok(n == 1)
+        })
+        .await
+    }
+
+    async fn probe_write(&self, now: u64) -> Result<()> {
+        self.run(move |conn, _| {
+            conn.prepare_cached(
+                "INSERT INTO meta (k, v) VALUES ('ready_probe', ?1) \
+                 ON CONFLICT(k) DO UPDATE SET v = excluded.v",
+            )
+            .and_then(|mut st| st.execute([now as i64]))
+            .map(|_| ())
+            .map_err(db_err)
         })
         .await
     }
