@@ -13,6 +13,8 @@ use clap::Parser;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // A full disk or a file-size limit is an error a command reports, never a crash.
+    ternflow_server::ignore_file_size_signal();
     let cli = cmd::Cli::parse();
     match cli.command.run() {
         Ok(()) => ExitCode::SUCCESS,

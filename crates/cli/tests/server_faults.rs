@@ -44,6 +44,12 @@ fn prlimit_fsize(pid: u32, limit: &str) {
     assert!(st.success(), "prlimit");
 }
 
+/// `GET /readyz`: its status and body.
+async fn readyz(http: &reqwest::Client, base: &str) -> (u16, Value) {
+    let r = http.get(format!("{base}/readyz")).send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
 fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
@@ -107,7 +113,9 @@ async fn a_write_failure_changes_nothing_and_loses_no_confirmed_job() {
         assert_eq!(enqueue(&http, &srv.base, &id, "warm up").await, Some(true));
         confirmed.insert(id);
     }
-    // The disk is full: no file of the process may grow past 1 byte.
+    assert_eq!(readyz(&http, &srv.base).await.0, 200, "ready before");
+    // The disk is full: no file of the process may grow past 1 byte. The binary ignores
+    // SIGXFSZ itself (the harness traps nothing), so a write fails instead of killing it.
     prlimit_fsize(srv.pid(), "1:unlimited");
     let big = "x".repeat(8_000);
     let mut refused = Vec::new();
@@ -126,6 +134,20 @@ async fn a_write_failure_changes_nothing_and_loses_no_confirmed_job() {
         "writes fail while the disk is full (refused {})",
         refused.len()
     );
+    // Alive, and it says why it is not ready.
+    let (status, body) = readyz(&http, &srv.base).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["ready"], false);
+    assert!(
+        body["store"].as_str().unwrap().contains("refused a write"),
+        "{body}"
+    );
+    let r = http
+        .get(format!("{}/healthz", srv.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "alive while not ready");
     // Reads still answer while writes fail.
     assert_eq!(
         job_state(&http, &srv.base, "before-0").await.as_deref(),
@@ -133,6 +155,7 @@ async fn a_write_failure_changes_nothing_and_loses_no_confirmed_job() {
     );
     // Space again: the refused requests changed nothing, so their retries are new jobs.
     prlimit_fsize(srv.pid(), "unlimited:unlimited");
+    assert_eq!(readyz(&http, &srv.base).await.0, 200, "ready again");
     for id in &refused {
         assert_eq!(
             enqueue(&http, &srv.base, id, &big).await,

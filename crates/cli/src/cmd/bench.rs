@@ -30,9 +30,9 @@ pub const SHORT: &[&str] = &[
 /// Arguments of `ternflow bench`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// TERN v1 model file.
-    #[arg(long)]
-    pub model: PathBuf,
+    /// TERN v1 model file (default: models/ternlight-int4.bin when present, as `serve`).
+    #[arg(long, env = "TERNFLOW_MODEL")]
+    pub model: Option<PathBuf>,
     /// WordPiece vocabulary; the bundled one by default.
     #[arg(long)]
     pub vocab: Option<PathBuf>,
@@ -93,7 +93,10 @@ pub fn long_inputs() -> Vec<String> {
 /// Runs `ternflow bench`.
 pub fn run(args: Args) -> CmdResult {
     let t = Instant::now();
-    let mut engine = load_engine(&args.model, args.vocab.as_deref())?;
+    let mut engine = load_engine(
+        &super::model_path(args.model.as_deref())?,
+        args.vocab.as_deref(),
+    )?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
     let first = engine.embed(SHORT[0]);

@@ -82,10 +82,7 @@ async fn bench(args: Args) -> CmdResult {
         ..Config::default()
     };
     let mut state = AppState::new(store, tokens, config);
-    let model = args.model.clone().or_else(|| {
-        let p = PathBuf::from("models/ternlight-int4.bin");
-        p.exists().then_some(p)
-    });
+    let model = super::model_or_default(args.model.as_deref());
     if let Some(path) = &model {
         let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
         state = state.with_embedder(Arc::new(EngineEmbedder::from_bytes(&bytes)?));

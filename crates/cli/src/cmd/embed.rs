@@ -8,9 +8,9 @@ use super::{load_engine, CmdResult};
 /// Arguments of `ternflow embed`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// TERN v1 model file.
-    #[arg(long)]
-    pub model: PathBuf,
+    /// TERN v1 model file (default: models/ternlight-int4.bin when present, as `serve`).
+    #[arg(long, env = "TERNFLOW_MODEL")]
+    pub model: Option<PathBuf>,
     /// WordPiece vocabulary (vocab.txt); the bundled BERT uncased one by default.
     #[arg(long)]
     pub vocab: Option<PathBuf>,
@@ -21,7 +21,10 @@ pub struct Args {
 
 /// Runs `ternflow embed`.
 pub fn run(args: Args) -> CmdResult {
-    let mut engine = load_engine(&args.model, args.vocab.as_deref())?;
+    let mut engine = load_engine(
+        &super::model_path(args.model.as_deref())?,
+        args.vocab.as_deref(),
+    )?;
     let stdin = std::io::stdin().lock();
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut vector = vec![0f32; engine.output_dim()];

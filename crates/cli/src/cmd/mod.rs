@@ -67,6 +67,25 @@ impl Command {
 }
 
 /// Loads an engine from a model file and an optional vocabulary file.
+/// The model every command uses when `--model` is not given, when it is there (relative to the
+/// working directory, as in a checkout or next to an unpacked release).
+pub const DEFAULT_MODEL: &str = "models/ternlight-int4.bin";
+
+/// `--model`, or [`DEFAULT_MODEL`] when it exists.
+pub fn model_or_default(model: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
+    model.map(std::path::Path::to_path_buf).or_else(|| {
+        let p = std::path::PathBuf::from(DEFAULT_MODEL);
+        p.exists().then_some(p)
+    })
+}
+
+/// `--model`, or [`DEFAULT_MODEL`]; an error naming both when neither is there.
+pub fn model_path(model: Option<&std::path::Path>) -> Result<std::path::PathBuf, String> {
+    model_or_default(model).ok_or_else(|| {
+        format!("no model: pass --model FILE (or set TERNFLOW_MODEL); {DEFAULT_MODEL} is not in this directory")
+    })
+}
+
 pub fn load_engine(
     model: &std::path::Path,
     vocab: Option<&std::path::Path>,

@@ -11,139 +11,208 @@ use ternflow_server::{
 
 use super::CmdResult;
 
-/// Default model file, used when present and `--model` is not given.
-const DEFAULT_MODEL: &str = "models/ternlight-int4.bin";
-
 /// Arguments of `ternflow serve`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// Log lines on stderr as `text` (colours only on a terminal) or `json` (one object a line).
+    #[arg(long, default_value = "text", value_parser = ["text", "json"], env = "TERNFLOW_LOG_FORMAT")]
+    pub log_format: String,
     /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:8787")]
+    #[arg(long, default_value = "127.0.0.1:8787", env = "TERNFLOW_ADDR")]
     pub addr: String,
     /// `embedded` (a SQLite database in --data-dir) or a Redis URL (`redis://host:6379/0`).
-    #[arg(long, default_value = "embedded")]
+    #[arg(long, default_value = "embedded", env = "TERNFLOW_STORE")]
     pub store: String,
     /// Directory of the embedded store.
-    #[arg(long, default_value = "ternflow-data")]
+    #[arg(long, default_value = "ternflow-data", env = "TERNFLOW_DATA_DIR")]
     pub data_dir: PathBuf,
     /// Embedded store: `synchronous=FULL`, an fsync per commit (survives power loss); the
     /// default `NORMAL` survives a killed process.
-    #[arg(long)]
+    #[arg(long, env = "TERNFLOW_FSYNC_ALWAYS")]
     pub fsync_always: bool,
     /// Key prefix in Redis (several deployments can share one Redis).
-    #[arg(long, default_value = "tf")]
+    #[arg(long, default_value = "tf", env = "TERNFLOW_REDIS_PREFIX")]
     pub redis_prefix: String,
     /// TERN v1 model for `POST /v1/embed` (default: models/ternlight-int4.bin when present).
-    #[arg(long)]
+    #[arg(long, env = "TERNFLOW_MODEL")]
     pub model: Option<PathBuf>,
     /// Token file: one `token:role` per line (roles: producer, worker, admin). Tokens are also
     /// read from `TERNFLOW_TOKENS="tok1:producer,tok2:worker"`.
-    #[arg(long)]
+    #[arg(long, env = "TERNFLOW_TOKENS_FILE")]
     pub tokens: Option<PathBuf>,
     /// Signing keys for short-lived tokens: one `kid:hs256:<base64 secret>` or
     /// `kid:ed25519:<base64 public key>` per line. Also read from `TERNFLOW_JWT_KEYS` (comma
     /// separated). Several at once for rotation.
-    #[arg(long)]
+    #[arg(long, env = "TERNFLOW_JWT_KEYS_FILE")]
     pub jwt_keys: Option<PathBuf>,
     /// The longest lifetime a signed token may have (its `exp` at most this far ahead).
-    #[arg(long, default_value_t = 3_600)]
+    #[arg(
+        long,
+        default_value_t = 3_600,
+        env = "TERNFLOW_MAX_TOKEN_LIFETIME_SECS"
+    )]
     pub max_token_lifetime_secs: u64,
     /// Accept this token with the admin role. For demos on a trusted machine only.
-    #[arg(long, value_name = "TOKEN")]
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "TERNFLOW_INSECURE_DEV_TOKEN",
+        hide_env_values = true
+    )]
     pub insecure_dev_token: Option<String>,
     /// Allowed CORS origin (repeatable), e.g. `https://app.example.com`.
-    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    #[arg(
+        long = "cors-origin",
+        value_name = "ORIGIN",
+        env = "TERNFLOW_CORS_ORIGINS",
+        value_delimiter = ','
+    )]
     pub cors_origins: Vec<String>,
     /// Also allow `http://localhost:*` and `http://127.0.0.1:*` origins (browser tests, demos).
-    #[arg(long)]
+    #[arg(long, env = "TERNFLOW_CORS_ALLOW_LOCALHOST")]
     pub cors_allow_localhost: bool,
     /// Lease length in milliseconds.
-    #[arg(long, default_value_t = 30_000)]
+    #[arg(long, default_value_t = 30_000, env = "TERNFLOW_LEASE_MS")]
     pub lease_ms: u64,
     /// Deliveries before a job is dead-lettered.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, env = "TERNFLOW_MAX_ATTEMPTS")]
     pub max_attempts: u32,
     /// Most open connections (keep it below `ulimit -n`); more are closed at once.
-    #[arg(long, default_value_t = 1_024)]
+    #[arg(long, default_value_t = 1_024, env = "TERNFLOW_MAX_CONNECTIONS")]
     pub max_connections: usize,
     /// Sustained requests per second per token (more get 429 with Retry-After).
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, env = "TERNFLOW_RATE_PER_TOKEN")]
     pub rate_per_token: u32,
     /// A request's header must arrive within this many milliseconds (also the keep-alive
     /// idle timeout).
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, env = "TERNFLOW_HEADER_TIMEOUT_MS")]
     pub header_timeout_ms: u64,
     /// On SIGTERM, connections still open after this many milliseconds are closed.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, env = "TERNFLOW_SHUTDOWN_DEADLINE_MS")]
     pub shutdown_deadline_ms: u64,
     /// Forget finished jobs this many seconds after their ack (their ids may then be enqueued
     /// again). Default: keep them, so duplicates of a done job collapse forever.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", env = "TERNFLOW_DONE_RETENTION_SECS")]
     pub done_retention_secs: Option<u64>,
     /// Do not recompute workers' results (shape checks and provenance stay on). By default the
     /// server checks every result of a new worker identity before storing it, then a sample
     /// (docs/security.md).
-    #[arg(long)]
+    #[arg(long, env = "TERNFLOW_NO_VERIFY")]
     pub no_verify: bool,
     /// Results of a new worker identity (token `sub`) recomputed, all of them, before it is
     /// trusted enough for sampling.
-    #[arg(long, default_value_t = 32, value_name = "K")]
+    #[arg(
+        long,
+        default_value_t = 32,
+        value_name = "K",
+        env = "TERNFLOW_VERIFY_PROBATION"
+    )]
     pub verify_probation: u64,
     /// Fraction of a trusted identity's results recomputed after they are stored (0..=1).
-    #[arg(long, default_value_t = 0.05, value_name = "P")]
+    #[arg(
+        long,
+        default_value_t = 0.05,
+        value_name = "P",
+        env = "TERNFLOW_VERIFY_SAMPLE"
+    )]
     pub verify_sample: f64,
     /// Largest per-component difference accepted as equal (0: bit-exact, the default).
-    #[arg(long, default_value_t = 0.0, value_name = "EPS")]
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_name = "EPS",
+        env = "TERNFLOW_VERIFY_TOLERANCE"
+    )]
     pub verify_tolerance: f32,
     /// For jobs of a model the server does not run: how many different worker identities must
     /// send the same vector before a result is final (1: take the first, shape-checked).
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    #[arg(
+        long,
+        default_value_t = 1,
+        value_name = "N",
+        env = "TERNFLOW_VERIFY_AGREEMENT"
+    )]
     pub verify_agreement: u32,
     /// Per-tenant verification settings, a JSON object
     /// `{"tenant": {"probation": K, "sample": P, "agreement": N, "enabled": B}}` (each field
     /// optional; the flags above are the default for every tenant).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "TERNFLOW_VERIFY_TENANTS")]
     pub verify_tenants: Option<PathBuf>,
     /// Nice value of the engine's thread (Linux, 0..=19): above 0 the backend embeds and
     /// verification yield a busy CPU to queue requests (claims, acks) and use every idle cycle.
-    #[arg(long, default_value_t = 10, value_name = "N", value_parser = clap::value_parser!(i32).range(0..=19))]
+    #[arg(long, default_value_t = 10, value_name = "N", value_parser = clap::value_parser!(i32).range(0..=19), env = "TERNFLOW_ENGINE_NICE")]
     pub engine_nice: i32,
     /// Most tenants with an open store at once (each costs file descriptors and threads,
     /// docs/security.md); the least recently used idle one is closed to open another.
     /// Default: an eighth of the open-file limit (`ulimit -n`), within 16..=4096.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", env = "TERNFLOW_MAX_OPEN_TENANTS")]
     pub max_open_tenants: Option<usize>,
     /// A tenant unused this long is closed (its data stays; its next request reopens it).
-    #[arg(long, default_value_t = 300, value_name = "SECS")]
+    #[arg(
+        long,
+        default_value_t = 300,
+        value_name = "SECS",
+        env = "TERNFLOW_TENANT_IDLE_SECS"
+    )]
     pub tenant_idle_secs: u64,
     /// Most long-polling claims one token may have waiting at once (more get 429).
-    #[arg(long, default_value_t = 8, value_name = "N")]
+    #[arg(
+        long,
+        default_value_t = 8,
+        value_name = "N",
+        env = "TERNFLOW_MAX_POLLS_PER_TOKEN"
+    )]
     pub max_polls_per_token: usize,
     /// Most open connections from one client address (more are closed at once). Behind a
     /// proxy every client has the proxy's address: set it to --max-connections there.
-    #[arg(long, default_value_t = 512, value_name = "N")]
+    #[arg(
+        long,
+        default_value_t = 512,
+        value_name = "N",
+        env = "TERNFLOW_MAX_CONNECTIONS_PER_IP"
+    )]
     pub max_connections_per_ip: usize,
     /// `POST /v1/embed` budget of one signed token, in units a minute (a text costs
     /// 1 + bytes/4, at most 128); 429 `quota_exceeded` beyond.
-    #[arg(long, default_value_t = 20_000, value_name = "UNITS")]
+    #[arg(
+        long,
+        default_value_t = 20_000,
+        value_name = "UNITS",
+        env = "TERNFLOW_EMBED_TOKENS_PER_MIN"
+    )]
     pub embed_tokens_per_min: u32,
     /// Quota of every signed tenant: most jobs pending (ready, delayed, leased).
-    #[arg(long, default_value_t = 1_000_000, value_name = "N")]
+    #[arg(
+        long,
+        default_value_t = 1_000_000,
+        value_name = "N",
+        env = "TERNFLOW_TENANT_MAX_QUEUE"
+    )]
     pub tenant_max_queue: u64,
     /// Quota of every signed tenant: most workers in its worker table.
-    #[arg(long, default_value_t = 1_000, value_name = "N")]
+    #[arg(
+        long,
+        default_value_t = 1_000,
+        value_name = "N",
+        env = "TERNFLOW_TENANT_MAX_WORKERS"
+    )]
     pub tenant_max_workers: usize,
     /// Quota of every signed tenant: `POST /v1/embed` units a minute, all its tokens together.
-    #[arg(long, default_value_t = 200_000, value_name = "UNITS")]
+    #[arg(
+        long,
+        default_value_t = 200_000,
+        value_name = "UNITS",
+        env = "TERNFLOW_TENANT_EMBED_TOKENS_PER_MIN"
+    )]
     pub tenant_embed_tokens_per_min: u32,
     /// Quota of every signed tenant: most bytes of live remote-cache entries (key bytes + 4 a
     /// dimension each); `PUT /v1/cache` beyond it gets 429 and an ack's write-through is skipped.
-    #[arg(long, default_value_t = 1 << 30, value_name = "BYTES")]
+    #[arg(long, default_value_t = 1 << 30, value_name = "BYTES", env = "TERNFLOW_TENANT_MAX_CACHE_BYTES")]
     pub tenant_max_cache_bytes: u64,
     /// Per-tenant quotas, a JSON object `{"tenant": {"max_queue": N, "max_workers": N,
     /// "embed_tokens_per_min": N, "max_cache_bytes": N}}` (each field optional; the --tenant-*
     /// flags are the default).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "TERNFLOW_TENANT_QUOTAS")]
     pub tenant_quotas: Option<PathBuf>,
 }
 
@@ -209,12 +278,7 @@ fn tokens(args: &Args) -> Result<Tokens, Box<dyn std::error::Error>> {
 
 /// Runs `ternflow serve`.
 pub fn run(args: Args) -> CmdResult {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,ternflow_server=info".into()),
-        )
-        .init();
+    init_logging(&args.log_format);
     let tokens = tokens(&args)?;
     let keys = jwt_keys(&args)?;
     if tokens.is_empty() && keys.is_empty() {
@@ -225,10 +289,7 @@ pub fn run(args: Args) -> CmdResult {
                 .into(),
         );
     }
-    let model = args.model.clone().or_else(|| {
-        let p = PathBuf::from(DEFAULT_MODEL);
-        p.exists().then_some(p)
-    });
+    let model = super::model_or_default(args.model.as_deref());
     let config = Config {
         lease_ms: args.lease_ms,
         max_attempts: args.max_attempts,
@@ -305,6 +366,13 @@ pub fn run(args: Args) -> CmdResult {
             .validate()
             .map_err(|e| format!("--verify-tenants, tenant {tenant}: {e}"))?;
     }
+    // One server per data directory: two would each keep their own fence and sequence
+    // counters over one database. Held until the process ends.
+    let _data_dir_lock = if args.store == "embedded" {
+        Some(ternflow_server::lock_data_dir(&args.data_dir)?)
+    } else {
+        None
+    };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let store: Arc<dyn Store> = if args.store == "embedded" {
@@ -348,6 +416,22 @@ pub fn run(args: Args) -> CmdResult {
         ternflow_server::run(listener, state, shutdown_signal()).await?;
         Ok::<(), Box<dyn std::error::Error>>(())
     })
+}
+
+/// Logs to stderr (stdout is for what a command prints), filtered by `RUST_LOG` (default
+/// `info`): text with colours only when stderr is a terminal, or JSON lines.
+fn init_logging(format: &str) {
+    use std::io::IsTerminal as _;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,ternflow_server=info".into());
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        b.json().with_current_span(false).init();
+    } else {
+        b.with_ansi(std::io::stderr().is_terminal()).init();
+    }
 }
 
 async fn shutdown_signal() {

@@ -48,25 +48,22 @@ pub struct Server {
 impl Server {
     /// Starts `ternflow serve --addr 127.0.0.1:PORT --data-dir DATA EXTRA…` with `envs`, in
     /// `data`'s parent directory (so no default model is picked up), and waits until it accepts
-    /// connections. SIGXFSZ is ignored, as a server should: a file-size limit then fails a write
-    /// with EFBIG instead of killing the process.
+    /// connections. The binary as a user runs it: it ignores SIGXFSZ itself (a file-size limit
+    /// fails a write with EFBIG instead of killing it).
     pub fn start(data: &Path, port: u16, extra: &[&str], envs: &[(&str, String)]) -> Server {
-        let mut cmd = Command::new("bash");
-        cmd.arg("-c")
-            .arg(r#"trap '' XFSZ; exec "$0" "$@""#)
-            .arg(env!("CARGO_BIN_EXE_ternflow"))
-            .args([
-                "serve",
-                "--addr",
-                &format!("127.0.0.1:{port}"),
-                "--data-dir",
-            ])
-            .arg(data)
-            .args(extra)
-            .current_dir(data.parent().unwrap())
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+        let mut cmd = ternflow();
+        cmd.args([
+            "serve",
+            "--addr",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(data)
+        .args(extra)
+        .current_dir(data.parent().unwrap())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
         for (k, v) in envs {
             cmd.env(k, v);
         }

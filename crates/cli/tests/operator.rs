@@ -1,0 +1,186 @@
+//! What an operator expects of the binary itself: one server per `--data-dir`, logs on stderr
+//! (plain text off a terminal, or JSON lines), every `serve` flag settable from the
+//! environment, and `embed` finding the default model as `serve` does. (A file-size limit and
+//! `/readyz` while writes fail: `server_faults.rs`.)
+
+mod common;
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{free_port, ternflow, Server};
+
+/// The repository root (where `models/ternlight-int4.bin` is).
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Waits until something accepts connections on `port`, or fails naming `what`.
+fn wait_listening(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{what}: not listening on {port}");
+}
+
+/// Kills `child` and returns what it wrote to stdout and stderr.
+fn stop(mut child: Child) -> (String, String) {
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut out = String::new();
+    let mut err = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (out, err)
+}
+
+#[test]
+fn a_second_server_on_one_data_dir_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let tokens = [("TERNFLOW_TOKENS", "t:admin".to_owned())];
+    let first = Server::start(&data, free_port(), &[], &tokens);
+    let out = ternflow()
+        .args(["serve", "--addr", &format!("127.0.0.1:{}", free_port())])
+        .arg("--data-dir")
+        .arg(&data)
+        .current_dir(dir.path())
+        .env("TERNFLOW_TOKENS", "t:admin")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the second server must not start");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("in use by another ternflow serve") && err.contains(&first.pid().to_string()),
+        "names the holder: {err}"
+    );
+    // Once the first is gone (even by kill -9), the directory is free again.
+    first.kill9();
+    let again = Server::start(&data, free_port(), &[], &tokens);
+    drop(again);
+}
+
+#[test]
+fn logs_go_to_stderr_without_colours_or_as_json_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    for format in ["text", "json"] {
+        let port = free_port();
+        let child = ternflow()
+            .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
+            .args(["--log-format", format, "--data-dir"])
+            .arg(dir.path().join(format))
+            .current_dir(dir.path())
+            .env("TERNFLOW_TOKENS", "t:admin")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_listening(port, format);
+        let (out, err) = stop(child);
+        assert_eq!(out, "", "{format}: nothing on stdout");
+        assert!(err.contains("listening"), "{format}: {err}");
+        assert!(
+            !err.contains('\u{1b}'),
+            "{format}: no ANSI escape off a terminal: {err}"
+        );
+        if format == "json" {
+            for line in err.lines() {
+                let v: serde_json::Value = serde_json::from_str(line)
+                    .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+                assert!(v["level"].is_string() && v["fields"].is_object(), "{line}");
+            }
+        }
+    }
+}
+
+#[test]
+fn every_serve_flag_has_an_environment_variable() {
+    let help = ternflow().args(["serve", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    let flags: Vec<&str> = help
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("--"))
+        .map(|l| l.split([' ', '=', '<']).next().unwrap())
+        .filter(|f| *f != "help")
+        .collect();
+    assert!(flags.len() > 30, "{help}");
+    for f in &flags {
+        let var = format!("TERNFLOW_{}", f.to_uppercase().replace('-', "_"));
+        // Two take a file, beside the variables that hold the values themselves.
+        let var = match var.as_str() {
+            "TERNFLOW_TOKENS" | "TERNFLOW_JWT_KEYS" => format!("{var}_FILE"),
+            "TERNFLOW_CORS_ORIGIN" => "TERNFLOW_CORS_ORIGINS".to_owned(),
+            _ => var,
+        };
+        assert!(help.contains(&format!("[env: {var}")), "--{f}: no {var}");
+    }
+    // And they take effect: the address and the data directory from the environment.
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let child = ternflow()
+        .arg("serve")
+        .current_dir(dir.path())
+        .env("TERNFLOW_ADDR", format!("127.0.0.1:{port}"))
+        .env("TERNFLOW_DATA_DIR", dir.path().join("from-env"))
+        .env("TERNFLOW_TOKENS", "t:admin")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_listening(port, "TERNFLOW_ADDR");
+    assert!(dir.path().join("from-env/ternflow.lock").exists());
+    stop(child);
+}
+
+#[test]
+fn embed_finds_the_default_model_as_serve_does() {
+    let embed = |cwd: &Path| {
+        let mut c = ternflow()
+            .arg("embed")
+            .current_dir(cwd)
+            .env_remove("TERNFLOW_MODEL")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin
+            .take()
+            .unwrap()
+            .write_all(b"a default model\n")
+            .unwrap();
+        c.wait_with_output().unwrap()
+    };
+    let out = embed(&repo());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Vec<f32> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v.len() >= 64, "a vector: {}", v.len());
+    // Where there is none: an error that says what to pass.
+    let dir = tempfile::tempdir().unwrap();
+    let out = embed(dir.path());
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no model: pass --model FILE"), "{err}");
+}
