@@ -8,6 +8,21 @@ Data: $TERN_WORK/pool.txt with the teacher labels that train/label.py --pool has
 where they were kept (labels/pool_NNNN_tok.npy), and the per-domain dev set dev.tsv (+ dev_teacher.npy)
 for the curve.  The per-domain test sets are never read here.
 
+Extra set (--extra STEM, issue 30: --extra realq_train): $TERN_WORK/STEM.txt, its domains
+STEM_domains.txt and the complete label shards labels/STEM_NNNN.npy (train/label.py --shards; the texts
+of the first missing or short shard and after it are left out).  --extra-weight gives each extra domain
+its share of the extra draws (web=60,questions=25,dup=15: Ternlight's mix), whatever its count.
+--extra-share is the fraction of the training drawn from it, blended with the pool so that the pool's
+domains keep being trained:
+  --extra-mix step   (default) each step draws its whole batch from the extra set with probability
+                     --extra-share, else from the pool; batches stay length-bucketed (short queries are
+                     not padded to the pool's lengths) and the relation term sees query-query pairs, the
+                     structure Ternlight's protocol ranks;
+  --extra-mix batch  every batch holds round(share * batch) extra texts beside the pool's, padded
+                     together to the longest.
+Without --extra the run is the pool-only run, draw for draw.  The protocol's 100 queries are a test set:
+nothing here reads them; --save-best keeps <run>/student_best.npz at the best dev mean.
+
 Init (--init): a packed TERN v1 file (the shipped model: its ternary codes become latent weights
 codes / (w_scale * mean|codes|), which re-quantise to the same codes and the same w_scale, so the
 first forward is the file's forward), a float checkpoint (.npz from train.py / distil.py), or
@@ -102,6 +117,68 @@ def load_pool(tok, max_n=0):
     return texts, doms, ids, y, tok_states
 
 
+def load_extra(tok, stem):
+    """STEM.txt + STEM_domains.txt + the complete shards labels/STEM_NNNN.npy (in order, up to the first
+    missing or short one)."""
+    texts = [l.rstrip("\n") for l in open(os.path.join(WORK, stem + ".txt"), encoding="utf-8")]
+    doms = [l.rstrip("\n") for l in open(os.path.join(WORK, stem + "_domains.txt"))]
+    if len(doms) != len(texts):
+        sys.exit(f"{stem}_domains.txt has {len(doms)} lines for {len(texts)} texts")
+    ys, n, SH = [], 0, 10000
+    n_sh = (len(texts) + SH - 1) // SH
+    for s in range(n_sh):
+        p = os.path.join(WORK, "labels", f"{stem}_{s:04d}.npy")
+        if not os.path.exists(p):
+            break
+        y = np.load(p)
+        want = min(SH, len(texts) - s * SH)
+        if y.shape != (want, 384):
+            print(f"{p}: shape {y.shape}, expected ({want}, 384): stopping at this shard", flush=True)
+            break
+        ys.append(y)
+        n += len(y)
+    if not ys:
+        sys.exit(f"no complete label shard labels/{stem}_0000.npy: run train/label.py --shards {stem}.txt")
+    y = np.concatenate(ys).astype(np.float32)
+    texts, doms = texts[:n], doms[:n]
+    ids = [e.ids for e in tok.encode_batch(texts)]
+    return texts, doms, ids, y, (len(ys), n_sh)
+
+
+class Sampler:
+    """Length-bucketed draws from a set of text indices with per-text weights (None: uniform)."""
+
+    def __init__(self, ids, index, w=None):
+        bk = TR.make_buckets([ids[k] for k in index])
+        self.buckets = {b: np.asarray(index)[v] for b, v in bk.items()}
+        self.bkeys = list(self.buckets)
+        self.weighted = w is not None
+        ww = w if w is not None else np.ones(len(ids), np.float64)
+        self.bcum = {b: np.cumsum(ww[self.buckets[b]]) for b in self.bkeys}
+        self.bprob = np.array([self.bcum[b][-1] for b in self.bkeys], np.float64)
+        self.bprob /= self.bprob.sum()
+        self.all = np.asarray(index)
+        self.cum_all = np.cumsum(ww[self.all])
+
+    def bucket(self, rng):
+        return self.bkeys[rng.choice(len(self.bkeys), p=self.bprob)]
+
+    def draw(self, rng, b, n):
+        if not self.weighted:
+            return self.buckets[b][rng.randint(0, len(self.buckets[b]), n)]
+        c = self.bcum[b]
+        return self.buckets[b][np.minimum(np.searchsorted(c, rng.random_sample(n) * c[-1], side="right"), len(c) - 1)]
+
+    def draw_any(self, rng, n):
+        """n texts from all buckets by weight (for --extra-mix batch)."""
+        c = self.cum_all
+        return self.all[np.minimum(np.searchsorted(c, rng.random_sample(n) * c[-1], side="right"), len(c) - 1)]
+
+
+def parse_kv(spec):
+    return dict((k, float(v)) for k, v in (kv.split("=") for kv in spec.split(",") if kv))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--init", default=os.path.join(HERE, "..", "models", "ternlight-int4.bin"))
@@ -127,36 +204,70 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--domain-weight", default="",
                     help="sampling multipliers per pool domain, e.g. faq=8,queries=1.5 (default: uniform over texts)")
+    ap.add_argument("--extra", default="",
+                    help="a second training set STEM: $TERN_WORK/STEM.txt, STEM_domains.txt, labels/STEM_NNNN.npy "
+                         "(issue 30: realq_train)")
+    ap.add_argument("--extra-share", type=float, default=0.5,
+                    help="fraction of the training drawn from --extra (of the steps, or of each batch)")
+    ap.add_argument("--extra-mix", choices=("step", "batch"), default="step",
+                    help="step: whole batches from one source, chosen per step; batch: both sources in every batch")
+    ap.add_argument("--extra-weight", default="",
+                    help="share of each --extra domain among its draws, e.g. web=60,questions=25,dup=15 "
+                         "(normalised; every domain of the set must be named; default: uniform over texts)")
+    ap.add_argument("--save-best", action="store_true",
+                    help="keep <run>/student_best.npz at the best dev mean (dev.tsv only)")
     args = ap.parse_args()
     run_dir = os.path.join(WORK, args.run)
     os.makedirs(run_dir, exist_ok=True)
     t_start = time.time()
     tok = TR.get_tokenizer()
     texts, doms, ids, y, tok_states = load_pool(tok, args.max_train)
+    n_pool = len(ids)
     has_tok = np.zeros(len(ids), bool)
     for s, (start, off, _) in tok_states.items():
         has_tok[start:start + len(off) - 1] = True
-    buckets = TR.make_buckets(ids)
-    bkeys = list(buckets)
     # per-text sampling weight: 1, or the --domain-weight multiplier of its domain
-    dw = dict((k, float(v)) for k, v in (kv.split("=") for kv in args.domain_weight.split(",") if kv))
-    unknown = set(dw) - set(doms)
+    dw = parse_kv(args.domain_weight)
+    all_pool_doms = set(l.rstrip("\n") for l in open(os.path.join(WORK, "pool_domains.txt")))
+    unknown = set(dw) - all_pool_doms
     if unknown:
         sys.exit(f"--domain-weight names domains not in the pool: {sorted(unknown)}")
     w = np.array([dw.get(d, 1.0) for d in doms], np.float64)
-    bcum = {b: np.cumsum(w[buckets[b]]) for b in bkeys}
-    bprob = np.array([bcum[b][-1] for b in bkeys], np.float64)
-    bprob /= bprob.sum()
-
-    def draw(b, n):
-        c = bcum[b]
-        return buckets[b][np.minimum(np.searchsorted(c, rng.random_sample(n) * c[-1], side="right"), len(c) - 1)]
+    pool = Sampler(ids, np.arange(n_pool), w if dw else None)
+    bkeys, buckets = pool.bkeys, pool.buckets
+    extra = None
+    if args.extra:
+        _, xdoms, xids, xy, (got, n_sh) = load_extra(tok, args.extra)
+        ids, y, doms = ids + xids, np.concatenate([y, xy]), doms + xdoms
+        has_tok = np.concatenate([has_tok, np.zeros(len(xids), bool)])
+        xd = np.array(xdoms)
+        counts = {d: int((xd == d).sum()) for d in sorted(set(xdoms))}
+        xw = parse_kv(args.extra_weight)
+        if xw:
+            if set(xw) != set(counts):
+                sys.exit(f"--extra-weight names {sorted(xw)}; {args.extra} has domains {sorted(counts)}: name each once")
+            tot = sum(xw.values())
+            wx = np.array([xw[d] / tot / counts[d] for d in xdoms], np.float64)
+        else:
+            wx = np.ones(len(xdoms), np.float64)
+        wfull = np.zeros(len(ids), np.float64)
+        wfull[n_pool:] = wx
+        extra = Sampler(ids, np.arange(n_pool, len(ids)), wfull)
+        share = {d: float(wx[xd == d].sum() / wx.sum()) for d in counts}
+        n_x = int(round(args.extra_share * args.batch))
+        log(run_dir, f"extra {args.extra}: {len(xids)} labelled texts ({got}/{n_sh} shards), domains "
+                     + ", ".join(f"{d} {counts[d]} (drawn {100 * share[d]:.1f} %)" for d in counts)
+                     + f"; buckets {dict(zip(extra.bkeys, [len(extra.buckets[b]) for b in extra.bkeys]))}; "
+                     + (f"{100 * args.extra_share:.0f} % of the steps draw a whole batch from it" if args.extra_mix == "step"
+                        else f"{n_x} of each batch of {args.batch} from it"))
+        if args.extra_mix == "batch" and not 0 < n_x < args.batch:
+            sys.exit("--extra-mix batch needs 0 < round(--extra-share * --batch) < --batch")
     dev = [l.rstrip("\n").split("\t", 1) for l in open(os.path.join(WORK, "dev.tsv"), encoding="utf-8")]
     dev_dom = np.array([d for d, _ in dev])
     dev_ids = [e.ids for e in tok.encode_batch([t for _, t in dev])]
     dev_y = np.load(os.path.join(WORK, "dev_teacher.npy")).astype(np.float32)
     dom_names = sorted(set(dev_dom))
-    log(run_dir, f"train {len(ids)} labelled pool texts ({int(has_tok.sum())} with teacher token states), "
+    log(run_dir, f"train {n_pool} labelled pool texts ({int(has_tok.sum())} with teacher token states), "
                  f"buckets {dict(zip(bkeys, [len(buckets[b]) for b in bkeys]))}; dev {len(dev_ids)} "
                  f"({', '.join(dom_names)}); backend {jax.default_backend()}")
 
@@ -169,7 +280,7 @@ def main():
         params = TR.params_from_npz(args.init)
     else:
         params = params_from_tern(args.init)
-        if not args.resume:
+        if not (args.resume and os.path.exists(os.path.join(run_dir, "ckpt_last.npz"))):
             # the init must reproduce the file: numpy reference forward vs the training forward
             import tern_ref
             m = tern_ref.load(args.init)
@@ -205,6 +316,12 @@ def main():
         rng.set_state((rs[0], np.array(rs[1], np.uint32), rs[2], rs[3], rs[4]))
         train_time = float(rs[5])
         log(run_dir, f"resumed from {ck} at step {step} ({train_time / 60:.1f} min of training)")
+        aj = os.path.join(run_dir, "args.json")
+        if os.path.exists(aj):
+            old_args = json.load(open(aj))
+            diff = {k: (old_args.get(k), v) for k, v in vars(args).items() if old_args.get(k) != v and k != "resume"}
+            if diff:
+                log(run_dir, f"arguments differ from the run's args.json (old, now): {diff}")
     else:
         with open(curve, "w") as f:
             f.write("step\ttrain_min\tdev_mean_spearman\t" + "\t".join(dom_names) + "\tdev_cos\ttrain_loss\n")
@@ -240,7 +357,11 @@ def main():
             p = max(p, tt / (60.0 * args.time_budget))
         return min(p, 1.0)
 
+    best_json = os.path.join(run_dir, "best.json")
+    best = json.load(open(best_json)) if (args.save_best and args.resume and os.path.exists(best_json)) else None
+
     def evaluate(s, train_loss):
+        nonlocal best
         e = TR.embed_student(params, dev_ids, quant=True, emb_format=args.emb_format)
         sp = {}
         for d in dom_names:
@@ -255,6 +376,14 @@ def main():
         with open(curve, "a") as f:
             f.write(f"{s}\t{train_time / 60:.2f}\t{mean:.5f}\t" + "\t".join(f"{sp[d]:.5f}" for d in dom_names)
                     + f"\t{c:.5f}\t{train_loss:.5f}\n")
+        if args.save_best and (best is None or mean > best["dev_mean"]) and s > 0:
+            TR.params_to_npz(os.path.join(run_dir, "student_best.npz"), params)
+            best = {"step": s, "train_min": round(train_time / 60, 2), "dev_mean": mean,
+                    "dev": {d: round(float(v), 5) for d, v in sp.items()}}
+            with open(best_json + ".tmp", "w") as f:
+                json.dump(best, f, indent=1)
+            os.replace(best_json + ".tmp", best_json)
+            log(run_dir, f"student_best.npz <- step {s} (dev mean {mean:.4f})")
 
     def ckpt():
         st = rng.get_state()
@@ -276,12 +405,21 @@ def main():
 
     if step == 0:
         evaluate(0, float("nan"))
-    losses, t0 = [], time.time()
+    losses, t0, n_extra = [], time.time(), 0
     while progress(step, train_time) < 1.0:
         ts = time.time()
         lr = lr_at(progress(step, train_time))
-        b = bkeys[rng.choice(len(bkeys), p=bprob)]
-        idx = draw(b, args.batch) if dw else buckets[b][rng.randint(0, len(buckets[b]), args.batch)]
+        if extra is not None and args.extra_mix == "step" and rng.random_sample() < args.extra_share:
+            b = extra.bucket(rng)
+            idx = extra.draw(rng, b, args.batch)
+            n_extra += 1
+        else:
+            b = pool.bucket(rng)
+            if extra is not None and args.extra_mix == "batch":
+                idx = np.concatenate([pool.draw(rng, b, args.batch - n_x), extra.draw_any(rng, n_x)])
+                b = TR.bucket_of(max(len(ids[k]) for k in idx))
+            else:
+                idx = pool.draw(rng, b, args.batch)
         a, m = TR.pad([ids[k] for k in idx], b)
         tt, tm = token_targets(idx, b)
         params, opt_state, loss, aux = train_step(params, opt_state, jnp.asarray(a), jnp.asarray(m),
@@ -293,7 +431,9 @@ def main():
         if step % 20 == 0:
             log(run_dir, f"step {step} progress {progress(step, train_time):.3f} loss {np.mean(losses[-20:]):.4f} "
                          f"(cos {float(aux[0]):.4f} rel {float(aux[1]):.5f} tok {float(aux[2]):.4f}) lr {lr:.2e} "
-                         f"{(time.time() - t0) / 20:.2f}s/step")
+                         f"{(time.time() - t0) / 20:.2f}s/step"
+                         + (f" extra steps {n_extra}/20" if extra is not None and args.extra_mix == "step" else ""))
+            n_extra = 0
             t0 = time.time()
         done = progress(step, train_time) >= 1.0
         if step % args.ckpt_every == 0 or done:

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Issue 30, training part: distil the shipped model on real queries (realq_train: web / questions / dup,
+# Ternlight's 60/25/15 mix) blended half and half with the broad pool.  Starts the run, or resumes it
+# from its last checkpoint (every 100 steps); rerun at will after the process was stopped or killed.
+#   TERN_WORK=/work/cache/model/work bash train/run_realq.sh            # in the foreground
+#   TERN_WORK=/work/cache/model/work DETACH=1 bash train/run_realq.sh   # detached (setsid nohup), returns at once
+# Run directory $TERN_WORK/$RUN (default realq1): train.log, curve.tsv (per-domain dev Spearman),
+# ckpt_last.npz, best.json + student_best.npz (best dev mean), student_final.npz at the end; this
+# script's own output goes to run.log there.  BUDGET: minutes of training-step time (the run's schedule;
+# keep it when resuming).  Needs run_real.sh's and run_broad.sh's data; labels what is missing first
+# (pool shards, realq shards: both resumable, a no-op when complete).  One process, nice 19, 2 threads.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export TERN_WORK="${TERN_WORK:-$PWD/train/work}"
+W="$TERN_WORK"
+RUN="${RUN:-realq1}"
+BUDGET="${BUDGET:-180}"
+mkdir -p "$W/$RUN"
+if [ "${DETACH:-0}" = 1 ]; then
+  DETACH=0 RUN="$RUN" BUDGET="$BUDGET" setsid nohup bash "$0" >> "$W/$RUN/run.log" 2>&1 < /dev/null &
+  echo "started in the background (pid $!); log: $W/$RUN/train.log, script output: $W/$RUN/run.log"
+  exit 0
+fi
+exec 9> "$W/$RUN/.lock"
+flock -n 9 || { echo "$W/$RUN is already being trained by another process"; exit 1; }
+echo "$(date -u '+%F %T') run_realq.sh: RUN=$RUN BUDGET=$BUDGET pid $$"
+export OMP_NUM_THREADS=2 LABEL_THREADS=2
+export XLA_FLAGS="${XLA_FLAGS:---xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads=2}"
+PY="nice -n 19 python3"
+. train/fetch_teacher.sh
+
+# 1. teacher labels still missing (shards appear only when complete; finished ones are skipped)
+$PY train/label.py --pool --token-shards 10
+$PY train/label.py --shards "$W/realq_train.txt"
+# the dev curve covers web / questions / dup (appended once; a no-op afterwards)
+for d in web questions dup; do $PY train/pool.py append-dev $d; done
+
+# 2. distillation from the shipped model; --resume starts fresh when the run has no checkpoint yet
+$PY train/distil.py --init models/ternlight-int4.bin --run "$RUN" --resume \
+  --extra realq_train --extra-weight web=60,questions=25,dup=15 --extra-share 0.5 --extra-mix step \
+  --domain-weight faq=6,queries=1.3,webq=1.5,ents=1.5 \
+  --lr 3e-4 --warmup-frac 0.01 --time-budget "$BUDGET" --ckpt-every 100 --eval-every 200 --save-best
+echo "$(date -u '+%F %T') run_realq.sh: done"
