@@ -30,8 +30,9 @@ if ! rustup target list --installed | grep -qx wasm32-wasip2; then
   rustup target add wasm32-wasip2
 fi
 
-# 2. Debian packages: the browser and its driver for wasm-pack test, Redis for the server tests.
-APT_PKGS=(chromium chromium-driver redis-server curl)
+# 2. Debian packages: the browser and its driver for wasm-pack test, Redis for the server tests,
+#    promtool (in `prometheus`) for the /metrics lint test (crates/cli/tests/promtool.rs).
+APT_PKGS=(chromium chromium-driver redis-server curl prometheus)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

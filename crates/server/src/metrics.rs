@@ -105,6 +105,8 @@ pub struct Metrics {
     claimed_at: Mutex<HashMap<String, u64>>,
     /// Cumulative job latency counts per [`JOB_LATENCY_BUCKETS_MS`] bucket, plus overflow.
     job_latency: [AtomicU64; JOB_LATENCY_BUCKETS_MS.len() + 1],
+    /// Sum of the job latencies counted in `job_latency`, in milliseconds.
+    job_latency_sum_ms: AtomicU64,
     /// Acked jobs by where their vector came from, in [`SOURCES`] order.
     acked_by_source: [AtomicU64; 4],
 }
@@ -251,6 +253,7 @@ impl Metrics {
                 .position(|le| ms <= *le)
                 .unwrap_or(JOB_LATENCY_BUCKETS_MS.len());
             inc(&self.job_latency[b], 1);
+            inc(&self.job_latency_sum_ms, ms as u64);
         }
     }
 
@@ -365,6 +368,11 @@ impl Metrics {
             out,
             "ternflow_job_latency_seconds_bucket{{le=\"+Inf\"}} {total}"
         );
+        let _ = writeln!(
+            out,
+            "ternflow_job_latency_seconds_sum {}",
+            self.job_latency_sum_ms.load(Ordering::Relaxed) as f64 / 1e3
+        );
         let _ = writeln!(out, "ternflow_job_latency_seconds_count {total}");
         out
     }
@@ -409,6 +417,14 @@ mod tests {
         let text = m.render(QueueDepth::default(), 0, 2_000);
         assert!(text.contains("ternflow_jobs_acked_by_source_total{source=\"local\"} 1\n"));
         assert!(text.contains("ternflow_job_latency_seconds_bucket{le=\"0.5\"} 2\n"));
+        assert!(
+            text.contains("ternflow_job_latency_seconds_sum 0.404\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ternflow_job_latency_seconds_count 2\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -232,28 +232,28 @@ impl WorkerTable {
         let t = label(tenant);
         let _ = writeln!(
             out,
-            "# HELP ternflow_worker_counter Counters pushed by workers."
+            "# HELP ternflow_worker_events_total Counters pushed by workers (POST /v1/metrics), by name."
         );
-        let _ = writeln!(out, "# TYPE ternflow_worker_counter counter");
+        let _ = writeln!(out, "# TYPE ternflow_worker_events_total counter");
         for (name, w) in &workers {
             for (k, v) in &w.counters {
                 let _ = writeln!(
                     out,
-                    "ternflow_worker_counter{{tenant=\"{t}\",worker=\"{}\",name=\"{k}\"}} {v}",
+                    "ternflow_worker_events_total{{tenant=\"{t}\",worker=\"{}\",name=\"{k}\"}} {v}",
                     label(name)
                 );
             }
         }
         let _ = writeln!(
             out,
-            "# HELP ternflow_worker_gauge Gauges pushed by workers."
+            "# HELP ternflow_worker_reading Gauges pushed by workers (POST /v1/metrics), by name."
         );
-        let _ = writeln!(out, "# TYPE ternflow_worker_gauge gauge");
+        let _ = writeln!(out, "# TYPE ternflow_worker_reading gauge");
         for (name, w) in &workers {
             for (k, v) in &w.gauges {
                 let _ = writeln!(
                     out,
-                    "ternflow_worker_gauge{{tenant=\"{t}\",worker=\"{}\",name=\"{k}\"}} {v}",
+                    "ternflow_worker_reading{{tenant=\"{t}\",worker=\"{}\",name=\"{k}\"}} {v}",
                     label(name)
                 );
             }
@@ -282,10 +282,10 @@ mod tests {
         let mut out = String::new();
         t.render("acme", 0, &mut out);
         assert!(out.contains(
-            "ternflow_worker_counter{tenant=\"acme\",worker=\"w1\",name=\"jobs_done\"} 7\n"
+            "ternflow_worker_events_total{tenant=\"acme\",worker=\"w1\",name=\"jobs_done\"} 7\n"
         ));
         assert!(out.contains(
-            "ternflow_worker_gauge{tenant=\"acme\",worker=\"w1\",name=\"in_flight\"} 2\n"
+            "ternflow_worker_reading{tenant=\"acme\",worker=\"w1\",name=\"in_flight\"} 2\n"
         ));
     }
 

@@ -675,8 +675,8 @@ async fn metrics_stats_and_worker_snapshots() {
         "ternflow_jobs_in_flight 0\n",
         "ternflow_jobs_enqueued_total 1\n",
         "ternflow_embed_latency_seconds_count",
-        "ternflow_worker_counter{tenant=\"default\",worker=\"w1\",name=\"jobs_done\"} 3\n",
-        "ternflow_worker_gauge{tenant=\"default\",worker=\"w1\",name=\"in_flight\"} 1\n",
+        "ternflow_worker_events_total{tenant=\"default\",worker=\"w1\",name=\"jobs_done\"} 3\n",
+        "ternflow_worker_reading{tenant=\"default\",worker=\"w1\",name=\"in_flight\"} 1\n",
     ] {
         assert!(r.text.contains(needle), "missing {needle:?}");
     }

@@ -32,11 +32,12 @@ fn quotas(state: &Ctx) -> Quotas {
     }
 }
 
-/// One tenant's row in `/metrics`: its name, usage, quotas and (for its own admin) its queue.
+/// One tenant's row in `/metrics`: its name, usage, quotas (none for `default`, the operator's
+/// tenant, which has none) and (for its own admin) its queue.
 struct TenantLines<'a> {
     name: &'a str,
     usage: &'a TenantUsage,
-    quotas: Quotas,
+    quotas: Option<Quotas>,
     depth: Option<QueueDepth>,
 }
 
@@ -106,6 +107,9 @@ fn render_tenants(out: &mut String, rows: &[TenantLines<'_>]) {
             r.usage.cache_bytes_estimate().unwrap_or(0)
         );
     }
+    if rows.iter().all(|r| r.quotas.is_none()) {
+        return;
+    }
     family(
         out,
         "ternflow_tenant_quota",
@@ -113,8 +117,9 @@ fn render_tenants(out: &mut String, rows: &[TenantLines<'_>]) {
         "The tenant's quotas (docs/security.md).",
     );
     for r in rows {
+        let Some(q) = &r.quotas else { continue };
         let t = label(r.name);
-        for (quota, v) in quota_list(&r.quotas) {
+        for (quota, v) in quota_list(q) {
             let _ = writeln!(
                 out,
                 "ternflow_tenant_quota{{tenant=\"{t}\",quota=\"{quota}\"}} {v}"
@@ -158,11 +163,7 @@ pub(crate) async fn prometheus(
             .map(|(name, t)| TenantLines {
                 name,
                 usage: &t.usage,
-                quotas: if &**name == DEFAULT_TENANT {
-                    Quotas::default()
-                } else {
-                    state.config.quotas_of(name)
-                },
+                quotas: (&**name != DEFAULT_TENANT).then(|| state.config.quotas_of(name)),
                 depth: None,
             })
             .collect();
@@ -173,7 +174,7 @@ pub(crate) async fn prometheus(
             &[TenantLines {
                 name: &state.tenant,
                 usage: &state.usage,
-                quotas: quotas(&state),
+                quotas: (&*state.tenant != DEFAULT_TENANT).then(|| quotas(&state)),
                 depth: Some(depth),
             }],
         );
