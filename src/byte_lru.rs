@@ -135,6 +135,13 @@ impl LocalCache for ByteLru {
         self.remove_now(keys);
         Ok(())
     }
+
+    async fn clear(&self) -> ternflow_core::Result<()> {
+        let mut i = self.inner.borrow_mut();
+        i.map.clear();
+        i.bytes = 0;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -312,6 +312,21 @@ impl IdbCache {
         Ok(())
     }
 
+    /// Deletes every record, in one transaction.
+    ///
+    /// # Errors
+    /// Fails when the transaction fails.
+    pub async fn clear_all(&self) -> Result<(), IdbError> {
+        let tx = self
+            .inner
+            .db
+            .transaction(&[STORE], TransactionMode::ReadWrite)?;
+        tx.store(STORE)?.clear().await?;
+        tx.done().await?;
+        self.inner.upper_bound.set(Some(0));
+        Ok(())
+    }
+
     /// Closes the database connection (once no grouped write holds it).
     pub fn close(self) {
         if let Ok(inner) = Rc::try_unwrap(self.inner) {
@@ -409,5 +424,9 @@ impl LocalCache for IdbCache {
 
     async fn remove(&self, keys: &[String]) -> ternflow_core::Result<()> {
         Ok(self.delete_keys(keys).await?)
+    }
+
+    async fn clear(&self) -> ternflow_core::Result<()> {
+        Ok(self.clear_all().await?)
     }
 }

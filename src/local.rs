@@ -115,4 +115,14 @@ impl LocalCache for AnyLocal {
             AnyLocal::Memory(c) => c.remove(keys).await,
         }
     }
+
+    async fn clear(&self) -> ternflow_core::Result<()> {
+        match self {
+            AnyLocal::Idb(c, hot) => {
+                hot.clear().await?;
+                c.clear().await
+            }
+            AnyLocal::Memory(c) => c.clear().await,
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! SSE wake-ups: the server's `/v1/events` stream through `EventSource`.
 //!
 //! `jobs` events wake the idle queue loop; `invalidate` events are handed to a callback that
-//! drops local cache entries. The browser's `EventSource` reconnects by itself with
+//! drops local cache entries; `reset` events (the stream had a gap: invalidations may have been
+//! missed) to one that empties the local cache. The browser's `EventSource` reconnects by itself with
 //! `Last-Event-ID`; when it gives up (the server answered an error), this reopens it after a pause
 //! with `?last_event_id=` so no numbered event is missed. The loop's watchdog claims anyway when
 //! the stream is silent, so a dead stream slows the worker down but never stalls it.
@@ -29,11 +30,13 @@ pub struct SseWakeups {
 impl SseWakeups {
     /// Opens `{base}/v1/events` with the token `token()` returns (asked again at every
     /// reconnect, and the stream reopened when it changed, so a renewed token is used);
-    /// `on_invalidate` receives the keys of every `invalidate` event.
+    /// `on_invalidate` receives the keys of every `invalidate` event, `on_reset` is called at
+    /// every `reset` event.
     pub fn open(
         base: &str,
         token: Rc<dyn Fn() -> String>,
         on_invalidate: impl Fn(Vec<String>) + 'static,
+        on_reset: impl Fn() + 'static,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded();
         let closed = Rc::new(Cell::new(false));
@@ -42,7 +45,10 @@ impl SseWakeups {
             base,
             token,
             tx,
-            Rc::new(on_invalidate),
+            Handlers {
+                invalidate: Rc::new(on_invalidate),
+                reset: Rc::new(on_reset),
+            },
             closed.clone(),
         ));
         SseWakeups {
@@ -63,11 +69,17 @@ impl Drop for SseWakeups {
     }
 }
 
+/// What the pump calls for the events that are not wake-ups.
+struct Handlers {
+    invalidate: Rc<dyn Fn(Vec<String>)>,
+    reset: Rc<dyn Fn()>,
+}
+
 async fn pump(
     base: String,
     token: Rc<dyn Fn() -> String>,
     tx: mpsc::UnboundedSender<u64>,
-    on_invalidate: Rc<dyn Fn(Vec<String>)>,
+    on: Handlers,
     closed: Rc<Cell<bool>>,
 ) {
     let mut last_id = String::new();
@@ -83,8 +95,13 @@ async fn pump(
             format!("{url}&last_event_id={last_id}")
         };
         if let Ok(mut es) = EventSource::new(&full) {
-            if let (Ok(jobs), Ok(inval)) = (es.subscribe("jobs"), es.subscribe("invalidate")) {
-                let mut events = futures_util::stream::select(jobs, inval);
+            if let (Ok(jobs), Ok(inval), Ok(reset)) = (
+                es.subscribe("jobs"),
+                es.subscribe("invalidate"),
+                es.subscribe("reset"),
+            ) {
+                let mut events =
+                    futures_util::stream::select(futures_util::stream::select(jobs, inval), reset);
                 while let Some(ev) = events.next().await {
                     if closed.get() {
                         break;
@@ -105,8 +122,10 @@ async fn pump(
                         if tx.unbounded_send(depth).is_err() {
                             closed.set(true);
                         }
+                    } else if kind == "reset" {
+                        (on.reset)();
                     } else if let Ok(e) = serde_json::from_str::<InvalidateEvent>(&data) {
-                        on_invalidate(e.keys);
+                        (on.invalidate)(e.keys);
                     }
                     if token() != opened_with {
                         break; // renewed: reopen with the new token (and Last-Event-ID)

@@ -484,11 +484,21 @@ async fn start(concurrency: Option<u32>) -> Result<(), WorkerError> {
     let inval = Rc::downgrade(&p);
     let client = p.adapters.source.clone();
     let token: Rc<dyn Fn() -> String> = Rc::new(move || client.token());
-    let wake = Rc::new(SseWakeups::open(&base, token, move |keys| {
-        if let Some(p) = inval.upgrade() {
-            wasm_bindgen_futures::spawn_local(async move { p.invalidate(&keys).await });
-        }
-    }));
+    let resync = inval.clone();
+    let wake = Rc::new(SseWakeups::open(
+        &base,
+        token,
+        move |keys| {
+            if let Some(p) = inval.upgrade() {
+                wasm_bindgen_futures::spawn_local(async move { p.invalidate(&keys).await });
+            }
+        },
+        move || {
+            if let Some(p) = resync.upgrade() {
+                wasm_bindgen_futures::spawn_local(async move { p.resync().await });
+            }
+        },
+    ));
     let (tx, rx) = oneshot::channel();
     let (lp, lw) = (p.clone(), wake.clone());
     wasm_bindgen_futures::spawn_local(async move {

@@ -63,6 +63,23 @@ async fn ttl_expiry_and_lru_eviction_at_the_size_bound() {
     // Invalidation.
     cache.remove(&["d".to_string()]).await.unwrap();
     assert_eq!(cache.get("d", 2_000).await.unwrap(), None);
+    // A `reset` event empties it; the size bound still holds afterwards.
+    cache.put("x", &[9.0], 10_000, 3_000).await.unwrap();
+    assert_eq!(cache.count().await.unwrap(), 1);
+    cache.clear().await.unwrap();
+    assert_eq!(cache.count().await.unwrap(), 0);
+    assert_eq!(cache.get("x", 3_000).await.unwrap(), None);
+    for (i, key) in ["p", "q", "r", "s"].iter().enumerate() {
+        cache
+            .put(key, &[i as f32], 10_000, 4_000 + i as u64)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        cache.count().await.unwrap(),
+        3,
+        "bounded at 3 after a clear"
+    );
     cache.close();
 }
 

@@ -1,7 +1,8 @@
 //! What an operator expects of the binary itself: one server per `--data-dir`, logs on stderr
 //! (plain text off a terminal, or JSON lines), every `serve` flag settable from the
-//! environment, and `embed` finding the default model as `serve` does. (A file-size limit and
-//! `/readyz` while writes fail: `server_faults.rs`.)
+//! environment, `embed` finding the default model as `serve` does, and SSE clients told of a
+//! gap (`reset`) after a crash but not after a clean restart. (A file-size limit and `/readyz`
+//! while writes fail: `server_faults.rs`.)
 
 mod common;
 
@@ -183,4 +184,115 @@ fn embed_finds_the_default_model_as_serve_does() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no model: pass --model FILE"), "{err}");
+}
+
+/// One SSE event: its id (if numbered), name and data.
+#[derive(Debug)]
+struct SseEvent {
+    id: Option<u64>,
+    event: String,
+    data: serde_json::Value,
+}
+
+/// Opens `/v1/events` as `token` resuming after `last` and reads `n` events (comments skipped).
+async fn sse_events(base: &str, token: &str, last: Option<u64>, n: usize) -> Vec<SseEvent> {
+    let mut req = reqwest::Client::new()
+        .get(format!("{base}/v1/events"))
+        .bearer_auth(token);
+    if let Some(id) = last {
+        req = req.header("last-event-id", id.to_string());
+    }
+    let mut resp = req.send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let (mut buf, mut out) = (String::new(), Vec::new());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while out.len() < n {
+        let chunk = tokio::time::timeout_at(deadline, resp.chunk())
+            .await
+            .expect("events in time")
+            .unwrap()
+            .expect("the stream stays open");
+        buf.push_str(std::str::from_utf8(&chunk).unwrap());
+        while let Some(i) = buf.find("\n\n") {
+            let frame: String = buf.drain(..i + 2).collect();
+            let field = |name: &str| {
+                frame
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()))
+            };
+            if let Some(event) = field("event:") {
+                out.push(SseEvent {
+                    id: field("id:").and_then(|v| v.parse().ok()),
+                    event,
+                    data: serde_json::from_str(&field("data:").unwrap_or_default())
+                        .unwrap_or_default(),
+                });
+            }
+        }
+    }
+    out.truncate(n);
+    out
+}
+
+/// Enqueues one job and returns the id of the `jobs` event it caused (as a worker sees it).
+async fn enqueue_and_see(base: &str, text: &str) -> u64 {
+    let http = reqwest::Client::new();
+    let watching = sse_events(base, "w", None, 2);
+    let enqueue = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let r = http
+            .post(format!("{base}/v1/jobs"))
+            .bearer_auth("p")
+            .json(&serde_json::json!({ "text": text }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    };
+    let (evs, ()) = tokio::join!(watching, enqueue);
+    assert_eq!((evs[0].event.as_str(), evs[0].id), ("jobs", None), "hello");
+    assert_eq!(evs[1].event, "jobs");
+    evs[1].id.expect("a numbered event")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_clients_learn_of_a_gap_after_a_crash_and_not_after_a_clean_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let tokens = [("TERNFLOW_TOKENS", "w:worker,p:producer".to_owned())];
+    let port = free_port();
+    let srv = Server::start(&data, port, &[], &tokens);
+    let seen = enqueue_and_see(&srv.base, "before a clean restart").await;
+    // SIGTERM: a clean shutdown keeps the last event id.
+    let st = std::process::Command::new("kill")
+        .args(["-TERM", &srv.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut srv = srv;
+    common::exits_ok(&mut srv.child, 15, "ternflow serve after SIGTERM");
+    drop(srv);
+    let srv = Server::start(&data, port, &[], &tokens);
+    let evs = sse_events(&srv.base, "w", Some(seen), 1).await;
+    assert_eq!(
+        (evs[0].event.as_str(), evs[0].id),
+        ("jobs", None),
+        "nothing was missed: no reset, the hello first ({evs:?})"
+    );
+    let seen = enqueue_and_see(&srv.base, "before a crash").await;
+    assert!(seen > 0);
+    // kill -9: the next run cannot know what this one published last.
+    srv.kill9();
+    let srv = Server::start(&data, port, &[], &tokens);
+    for token in ["w", "p"] {
+        let evs = sse_events(&srv.base, token, Some(seen), 2).await;
+        assert_eq!(evs[0].event, "reset", "{token}: {evs:?}");
+        assert_eq!(evs[0].data["reason"], "older_than_the_ring");
+        let resume_at = evs[0].id.expect("a reset says where the stream resumes");
+        assert!(resume_at > seen, "the new numbering is above the old");
+        assert_eq!((evs[1].event.as_str(), evs[1].id), ("jobs", None));
+        // Resuming from the reset's id is clean.
+        let again = sse_events(&srv.base, token, Some(resume_at), 1).await;
+        assert_eq!(again[0].event, "jobs", "{token}: {again:?}");
+    }
 }

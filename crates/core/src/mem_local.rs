@@ -86,6 +86,12 @@ impl LocalCache for MemLocal {
         }
         Ok(())
     }
+
+    async fn clear(&self) -> Result<()> {
+        self.check()?;
+        self.inner.borrow_mut().clear();
+        Ok(())
+    }
 }
 
 #[cfg(test)]

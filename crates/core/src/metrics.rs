@@ -52,6 +52,8 @@ pub mod names {
     pub const HEARTBEATS: &str = "heartbeats";
     /// Local entries dropped by `invalidate` events.
     pub const INVALIDATIONS: &str = "invalidations";
+    /// `reset` events heard (the event stream had a gap): the local cache was emptied.
+    pub const RESETS: &str = "event_resets";
     /// Remote cache reads or writes that failed (the job goes on without them).
     pub const REMOTE_ERRORS: &str = "cache_remote_errors";
     /// Nacks that could not be delivered (the lease expires and the job is re-delivered).

@@ -606,6 +606,16 @@ impl<P: Ports> Pipeline<P> {
             Err(_) => self.metrics.inc(names::LOCAL_ERRORS),
         }
     }
+
+    /// The server's event stream had a gap (a `reset` event): `invalidate` events may have been
+    /// missed, so no local entry can be trusted. Empties the local cache (the remote cache, which
+    /// the server keeps right, refills it).
+    pub async fn resync(&self) {
+        self.metrics.inc(names::RESETS);
+        if self.adapters.local.clear().await.is_err() {
+            self.metrics.inc(names::LOCAL_ERRORS);
+        }
+    }
 }
 
 enum LockOutcome {

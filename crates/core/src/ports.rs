@@ -76,6 +76,8 @@ pub trait LocalCache {
     async fn put(&self, key: &str, vector: &[f32], expires_at: u64, now_ms: u64) -> Result<()>;
     /// Drops these keys (an `invalidate` event).
     async fn remove(&self, keys: &[String]) -> Result<()>;
+    /// Drops every entry (a `reset` event: `invalidate` events may have been missed).
+    async fn clear(&self) -> Result<()>;
 }
 
 /// What a remote cache write did.

@@ -784,6 +784,21 @@ pub enum ServerEvent {
     Invalidate(InvalidateEvent),
     /// Jobs that finished (for producers waiting on results).
     Finished(FinishedEvent),
+    /// The stream has a gap: events may have been missed (see [`ResetEvent`]).
+    Reset(ResetEvent),
+}
+
+/// `reset` SSE event data, sent to every role: events before this one may have been missed (the
+/// client resumed from an id older than the server still holds, the server restarted without
+/// a clean shutdown, or its event subscription was lost). A client cannot learn which: it
+/// resynchronises. A worker drops its local cache (it may have missed `invalidate` events); a
+/// producer asks `POST /v1/jobs/status` for the jobs it waits on (it may have missed
+/// `finished` events). The event's id is where the stream resumes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResetEvent {
+    /// Why (for logs): `resumed_too_late`, `server_restarted`, `subscription_lost`,
+    /// `server_fell_behind`, `ids_went_backwards`.
+    pub reason: String,
 }
 
 /// `finished` SSE event data: jobs that were just done or dead-lettered. Producers subscribe
@@ -836,6 +851,7 @@ impl ServerEvent {
             ServerEvent::Jobs(_) => "jobs",
             ServerEvent::Invalidate(_) => "invalidate",
             ServerEvent::Finished(_) => "finished",
+            ServerEvent::Reset(_) => "reset",
         }
     }
 
@@ -845,6 +861,7 @@ impl ServerEvent {
             ServerEvent::Jobs(e) => serde_json::to_string(e),
             ServerEvent::Invalidate(e) => serde_json::to_string(e),
             ServerEvent::Finished(e) => serde_json::to_string(e),
+            ServerEvent::Reset(e) => serde_json::to_string(e),
         };
         r.unwrap_or_else(|_| "{}".to_owned())
     }

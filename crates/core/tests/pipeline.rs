@@ -690,6 +690,30 @@ fn invalidate_drops_local_entries() {
 }
 
 #[test]
+fn a_reset_empties_the_local_cache_and_the_next_resolve_refills_it() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config::default());
+    for t in ["r1", "r2"] {
+        rig.clock.run(p.resolve(t, None, "")).unwrap();
+    }
+    let keys = [cache_key(MODEL, "r1"), cache_key(MODEL, "r2")];
+    assert!(keys.iter().all(|k| rig.local.contains(k)));
+    rig.clock.run(p.resync());
+    assert!(
+        keys.iter().all(|k| !rig.local.contains(k)),
+        "nothing local is trusted"
+    );
+    assert_eq!(p.metrics.counter(names::RESETS), 1);
+    rig.clock.run(p.resolve("r1", None, "")).unwrap();
+    assert!(rig.local.contains(&keys[0]));
+    // A local cache that fails to clear is counted, not fatal.
+    rig.local.broken.set(true);
+    rig.clock.run(p.resync());
+    assert_eq!(p.metrics.counter(names::RESETS), 2);
+    assert!(p.metrics.counter(names::LOCAL_ERRORS) >= 1);
+}
+
+#[test]
 fn queue_loop_runs_everything_with_bounded_concurrency_and_drains_on_stop() {
     let rig = Rig::new();
     let p = rig.pipeline(Config {

@@ -96,6 +96,8 @@ async fn redis_killed_and_restarted_loses_nothing() {
         assert_eq!(r.status, StatusCode::OK);
     }
 
+    // Events published before the kill; the subscription is lost with Redis.
+    let mut before = store.subscribe();
     redis.kill9();
     // While Redis is down the server answers 503 with Retry-After, never 500.
     let r = call(&app, "GET", "/v1/stats", Some(ADMIN), None).await;
@@ -160,23 +162,39 @@ async fn redis_killed_and_restarted_loses_nothing() {
         json!({"ready": 0, "delayed": 0, "leased": 0, "dead": 0})
     );
 
-    // The Pub/Sub subscriber reconnected: events published now are delivered.
-    let mut rx = store.subscribe();
+    // The Pub/Sub subscriber reconnected: events published now are delivered, after a
+    // `reset` that says events may have been lost meanwhile (SSE clients resynchronise).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    let mut heard = Vec::new();
+    'delivered: loop {
         store
             .publish(ServerEvent::Jobs(JobsEvent { depth: 7 }))
             .await
             .unwrap();
-        if let Ok(Ok((_, ev))) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
-            assert_eq!(ev, ServerEvent::Jobs(JobsEvent { depth: 7 }));
-            break;
+        while let Ok(Ok((id, ev))) =
+            tokio::time::timeout(Duration::from_millis(300), before.recv()).await
+        {
+            let done = ev == ServerEvent::Jobs(JobsEvent { depth: 7 });
+            heard.push((id, ev));
+            if done {
+                break 'delivered;
+            }
         }
         assert!(
             tokio::time::Instant::now() < deadline,
             "events did not resume"
         );
     }
+    let reset = heard
+        .iter()
+        .position(|(_, ev)| matches!(ev, ServerEvent::Reset(r) if r.reason == "subscription_lost"))
+        .unwrap_or_else(|| panic!("no reset after the subscription was lost: {heard:?}"));
+    let (reset_id, _) = &heard[reset];
+    let (first_after, _) = &heard[heard.len() - 1];
+    assert!(
+        heard[..reset].iter().all(|(id, _)| id <= reset_id) && first_after > reset_id,
+        "the reset is numbered between what came before and after: {heard:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -680,6 +680,10 @@ impl EventBus for MemoryStore {
     fn subscribe(&self) -> broadcast::Receiver<NumberedEvent> {
         self.events.subscribe()
     }
+
+    fn last_event_id(&self) -> u64 {
+        self.events.last_id()
+    }
 }
 
 #[async_trait]

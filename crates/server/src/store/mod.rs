@@ -295,6 +295,11 @@ pub trait EventBus: Send + Sync + std::fmt::Debug + 'static {
 
     /// Receives published events, in id order.
     fn subscribe(&self) -> broadcast::Receiver<NumberedEvent>;
+
+    /// The id of the last event this store sent to its subscribers, or, before the first, the
+    /// id up to which nothing is missing (the event hub's starting point; read after
+    /// [`EventBus::subscribe`]: every later event reaches that receiver).
+    fn last_event_id(&self) -> u64;
 }
 
 /// A finished job as [`ResultScan`] reads it back.

@@ -36,6 +36,8 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -157,8 +159,19 @@ pub struct RedisStore {
     prefix: String,
     scripts: Scripts,
     events: broadcast::Sender<NumberedEvent>,
+    /// The id of the last event forwarded to `events` (or the counter read when subscribing).
+    last_event: Arc<AtomicU64>,
     subscriber: JoinHandle<()>,
     done_retention_ms: Option<u64>,
+}
+
+/// `P:evseq` now (0 when unset).
+async fn read_evseq(con: &mut ConnectionManager, prefix: &str) -> redis::RedisResult<u64> {
+    redis::cmd("GET")
+        .arg(format!("{prefix}:evseq"))
+        .query_async::<Option<u64>>(con)
+        .await
+        .map(Option::unwrap_or_default)
 }
 
 impl fmt::Debug for RedisStore {
@@ -211,8 +224,16 @@ impl RedisStore {
         // `connect` is missed.
         let mut first = client.get_async_pubsub().await.map_err(store_err)?;
         first.subscribe(&channel).await.map_err(store_err)?;
+        // Read after subscribing: every event numbered above it reaches the channel.
+        let mut getter = con.clone();
+        let last_event = Arc::new(AtomicU64::new(
+            read_evseq(&mut getter, prefix).await.map_err(store_err)?,
+        ));
+        let last = last_event.clone();
+        let key_prefix = prefix.to_owned();
         let subscriber = tokio::spawn(async move {
             let mut next = Some(first);
+            let mut again = false;
             loop {
                 let pubsub = match next.take() {
                     Some(p) => Ok(p),
@@ -222,6 +243,14 @@ impl RedisStore {
                     },
                 };
                 if let Ok(mut pubsub) = pubsub {
+                    if std::mem::replace(&mut again, true) {
+                        // Subscribed again after a loss: what was published meanwhile is gone.
+                        // Say so, numbered with the counter read now (events up to it may be
+                        // among the lost; later ones arrive).
+                        let now = read_evseq(&mut getter, &key_prefix).await.unwrap_or(0);
+                        let id = last.fetch_max(now, Ordering::Relaxed).max(now);
+                        let _ = tx.send(crate::sse::reset(id, "subscription_lost"));
+                    }
                     {
                         let mut stream = pubsub.on_message();
                         while let Some(msg) = stream.next().await {
@@ -229,6 +258,7 @@ impl RedisStore {
                                 continue;
                             };
                             if let Ok(w) = serde_json::from_str::<WireEvent>(&payload) {
+                                last.fetch_max(w.id, Ordering::Relaxed);
                                 let _ = tx.send((w.id, w.event));
                             }
                         }
@@ -243,6 +273,7 @@ impl RedisStore {
             prefix: prefix.to_owned(),
             scripts: Scripts::new(),
             events,
+            last_event,
             subscriber,
             done_retention_ms: None,
         })
@@ -892,5 +923,9 @@ impl EventBus for RedisStore {
 
     fn subscribe(&self) -> broadcast::Receiver<NumberedEvent> {
         self.events.subscribe()
+    }
+
+    fn last_event_id(&self) -> u64 {
+        self.last_event.load(Ordering::Relaxed)
     }
 }

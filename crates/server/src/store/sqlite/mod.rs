@@ -145,6 +145,7 @@ impl SqliteStore {
             return Err(Error::Store(format!("{}: {check}", path.display())));
         }
         let counters = Counters::load(&conn).map_err(db_err)?;
+        let events_last = take_events_last(&conn);
         let reader = Connection::open(&path).map_err(db_err)?;
         reader
             .execute_batch("PRAGMA query_only = ON; PRAGMA busy_timeout = 5000;")
@@ -166,7 +167,7 @@ impl SqliteStore {
             threads: vec![writer, reader],
             path,
             done_retention_ms: Arc::new(AtomicU64::new(KEEP_FOREVER)),
-            events: LocalEvents::default(),
+            events: LocalEvents::resuming(events_last),
         })
     }
 
@@ -236,8 +237,40 @@ impl SqliteStore {
     }
 }
 
+/// The last event id of the previous run, when it shut down cleanly (`Drop` wrote it), taken
+/// out so that a crash of this run cannot reuse it. Unknown (`None`) when absent, or when it
+/// cannot be removed (a full disk): SSE clients then get a `reset`, the safe side.
+fn take_events_last(conn: &Connection) -> Option<u64> {
+    let v: i64 = conn
+        .query_row("SELECT v FROM meta WHERE k = 'events_last'", [], |r| {
+            r.get(0)
+        })
+        .ok()?;
+    conn.execute("DELETE FROM meta WHERE k = 'events_last'", [])
+        .ok()?;
+    u64::try_from(v).ok()
+}
+
 impl Drop for SqliteStore {
     fn drop(&mut self) {
+        // A clean shutdown: every event is published; the next run's ids continue after the
+        // last one, and SSE clients that saw it resume without a reset. Best effort (a full
+        // disk leaves it unwritten: the next run treats it as a crash).
+        let last = self.events.last_id() as i64;
+        let op: Op = Box::new(move |db| {
+            let ok = db.is_some_and(|(conn, _)| {
+                conn.execute(
+                    "INSERT INTO meta (k, v) VALUES ('events_last', ?1) \
+                     ON CONFLICT(k) DO UPDATE SET v = excluded.v",
+                    [last],
+                )
+                .is_ok()
+            });
+            (ok, Box::new(|_| {}))
+        });
+        if let Some(ops) = &self.ops {
+            let _ = ops.send(op);
+        }
         // Closing a channel ends its thread after the operations already sent; joining it
         // closes the connection (the writer's, last, checkpoints the WAL) before the store is
         // gone. One connection at a time: two connections of one file closing at once on two
@@ -1074,5 +1107,9 @@ impl EventBus for SqliteStore {
 
     fn subscribe(&self) -> broadcast::Receiver<NumberedEvent> {
         self.events.subscribe()
+    }
+
+    fn last_event_id(&self) -> u64 {
+        self.events.last_id()
     }
 }
