@@ -19,8 +19,25 @@ fn main() -> ExitCode {
     match cli.command.run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ternflow: {e}");
+            eprintln!("ternflow: {}", with_causes(e.as_ref()));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `e` and every cause under it, `: `-separated (an HTTP client's "error sending request for url
+/// (…)" says where; its causes say why: "Connection refused", "dns error", a timeout), skipping
+/// a cause already in the text.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        cause = c.source();
+    }
+    text
 }

@@ -1,8 +1,8 @@
 //! What an operator expects of the binary itself: one server per `--data-dir`, logs on stderr
 //! (plain text off a terminal, or JSON lines), every `serve` flag settable from the
-//! environment, `embed` finding the default model as `serve` does, and SSE clients told of a
-//! gap (`reset`) after a crash but not after a clean restart. (A file-size limit and `/readyz`
-//! while writes fail: `server_faults.rs`.)
+//! environment, `embed` finding the default model as `serve` does, SSE clients told of a gap
+//! (`reset`) after a crash but not after a clean restart, and client errors that name the
+//! address and the cause. (A file-size limit and `/readyz` while writes fail: `server_faults.rs`.)
 
 mod common;
 
@@ -295,4 +295,21 @@ async fn sse_clients_learn_of_a_gap_after_a_crash_and_not_after_a_clean_restart(
         let again = sse_events(&srv.base, token, Some(resume_at), 1).await;
         assert_eq!(again[0].event, "jobs", "{token}: {again:?}");
     }
+}
+
+#[test]
+fn client_errors_name_the_address_and_the_cause() {
+    let port = free_port(); // nothing listens there
+    let out = ternflow()
+        .args(["stats", "--server", &format!("http://127.0.0.1:{port}")])
+        .args(["--token", "t"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("http://127.0.0.1:{port}/v1/stats")),
+        "the address: {err}"
+    );
+    assert!(err.to_lowercase().contains("refused"), "the cause: {err}");
 }
