@@ -2,7 +2,7 @@
 // Thin by design: every decision (caches, locks, retries, fallback, timeouts) is made in Rust in
 // the worker. This file only keeps the promise book: ids, progress callbacks, AbortSignals.
 
-import { TernflowError, cosineSim, rank } from "./common.js";
+import { TernflowError, cosineSim, rank, startModuleWorker, whyNotLoaded } from "./common.js";
 
 export { TernflowError, cosineSim };
 
@@ -22,6 +22,16 @@ function refuseUnknown(obj, known, what) {
       throw new TernflowError("bad_config", `${what}: unknown key \`${k}\` (known: ${known.join(", ")})`);
     }
   }
+}
+
+/**
+ * Where this package's `name` is, when the package runs as published (this file is still
+ * `client.js`: no bundler, an import map, a CDN); null under a bundler, which renamed and moved
+ * the files (only its literal `new URL("./worker.js", import.meta.url)` knows where they went).
+ */
+function sibling(name) {
+  const here = new URL(import.meta.url);
+  return here.pathname.endsWith("/client.js") ? new URL(name, here).href : null;
 }
 
 function abortError(signal, what) {
@@ -48,17 +58,43 @@ export class EmbeddingWorker extends EventTarget {
     refuseUnknown(options, OPTION_KEYS, "EmbeddingWorker options");
     if (options.model) refuseUnknown(options.model, MODEL_KEYS, "model");
     this.#options = options;
-    // Two literal forms, so that Vite, webpack and others see (and emit) the worker.
-    this.#worker = options.workerUrl
-      ? new Worker(options.workerUrl, { type: "module" })
-      : new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
+    const url = options.workerUrl
+      ? new URL(options.workerUrl, globalThis.location?.href ?? import.meta.url).href
+      : sibling("worker.js");
+    try {
+      // Two literal forms, so that Vite, webpack and others see (and emit) the worker; from
+      // another origin (a CDN), a same-origin bootstrap that imports it.
+      this.#worker = startModuleWorker(
+        () => options.workerUrl
+          ? new Worker(options.workerUrl, { type: "module" })
+          : new Worker(new URL("./worker.js", import.meta.url), { type: "module" }),
+        url,
+      );
+    } catch (e) {
+      // Through `ready` like every other failure to start, never thrown at the caller.
+      this.#dead = e instanceof TernflowError ? e : new TernflowError("worker_failed", String(e?.message ?? e), { url, cause: e });
+      this.ready = Promise.reject(this.#dead);
+      this.ready.catch(() => {});
+      return;
+    }
     this.#worker.onmessage = (event) => this.#receive(event.data);
     this.#worker.onerror = (event) => {
       event.preventDefault?.();
-      this.#fail(new TernflowError(
-        "worker_failed",
-        `the worker failed: ${event.message || "it could not be loaded (is worker.js served, as JavaScript?)"}`,
-      ));
+      if (event.message) {
+        this.#fail(new TernflowError("worker_failed", `the worker failed: ${event.message}`, { url: url ?? undefined }));
+        return;
+      }
+      // It did not load, and the event says neither which file nor why: find out.
+      const unknown = url
+        ? `the worker could not be loaded from ${url} (it and what it imports answer: is a Content-Security-Policy refusing it?)`
+        : "the worker could not be loaded (the bundler's worker script: was it emitted, and is it served as JavaScript?)";
+      (url ? whyNotLoaded(url) : Promise.resolve(null)).catch(() => null).then((found) =>
+        this.#fail(new TernflowError(
+          "worker_failed",
+          found ? `the worker could not be loaded: ${found.url} ${found.why}` : unknown,
+          { url: found?.url ?? url ?? undefined },
+        )),
+      );
     };
     const { onProgress, signal } = options;
     this.ready = this.#init(normaliseServer(options.server, options.token), signal).then(() =>
@@ -72,7 +108,7 @@ export class EmbeddingWorker extends EventTarget {
     this.#dead ??= err;
     for (const p of this.#pending.values()) p.reject(err);
     this.#pending.clear();
-    this.#worker.terminate();
+    this.#worker?.terminate();
   }
 
   #receive(msg) {

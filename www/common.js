@@ -40,3 +40,69 @@ export function rank(q, docs, corpus, topK) {
     .sort((a, b) => b.sim - a.sim)
     .slice(0, topK);
 }
+
+/**
+ * Starts a module worker in a browser: `create()` (the literal `new Worker(new URL("./x.js",
+ * import.meta.url))` that bundlers see and emit), or, when the browser refuses it because the
+ * script is on another origin (the package loaded from a CDN: a worker's script must be
+ * same-origin), a same-origin bootstrap made from a Blob that imports `url`. The CDN's CORS
+ * headers allow that import, and the script's own imports (its wasm, its model) resolve against
+ * its own URL. `url` is the script's address when it is known (null under a bundler, which moved
+ * it). Throws a TernflowError (`worker_failed`) naming `url` when neither starts.
+ */
+export function startModuleWorker(create, url, options = {}) {
+  let error;
+  try {
+    return create();
+  } catch (e) {
+    error = e;
+  }
+  if (url && error?.name === "SecurityError" && typeof Blob === "function") {
+    // Not revoked: the worker fetches it after this returns, and it is a few bytes, once.
+    const boot = URL.createObjectURL(
+      new Blob([`import ${JSON.stringify(String(url))};\n`], { type: "text/javascript" }),
+    );
+    try {
+      return new Worker(boot, { type: "module", ...options });
+    } catch (e) {
+      error = e;
+    }
+  }
+  throw new TernflowError(
+    "worker_failed",
+    `cannot start a worker from ${url ?? "its script"}: ${error?.message ?? error}`,
+    { url: url ?? undefined, cause: error },
+  );
+}
+
+/**
+ * Why the module script at `url` did not load: the first of it and the modules it imports
+ * (relative or absolute URLs, two levels down) that answers with an error, is not JavaScript,
+ * or cannot be fetched, as `{ url, why }`; null when they all load (the failure is elsewhere).
+ * A worker's `error` event says none of this.
+ */
+export async function whyNotLoaded(url, depth = 0, seen = new Set()) {
+  if (seen.has(url) || seen.size >= 16) return null;
+  seen.add(url);
+  let resp;
+  try {
+    resp = await fetch(url, { cache: "no-store" });
+  } catch (e) {
+    return { url, why: `cannot be fetched (${e?.message ?? e}: unreachable, or no CORS headers for this origin)` };
+  }
+  if (!resp.ok) return { url, why: `HTTP ${resp.status}` };
+  const type = resp.headers.get("content-type") ?? "";
+  if (!/javascript|ecmascript/i.test(type)) {
+    return { url, why: `served as ${type || "no content type"}, not as JavaScript` };
+  }
+  if (depth >= 2) return null;
+  const text = await resp.text();
+  const imports = /(?:^|[;\n])\s*(?:import|export)\b[^'";]*?\bfrom\s*["']([^"']+)["']|(?:^|[;\n])\s*import\s*["']([^"']+)["']/g;
+  for (const m of text.matchAll(imports)) {
+    const spec = m[1] ?? m[2];
+    if (!/^(\.{1,2}\/|\/|https?:)/.test(spec)) continue; // a bare name: the import map's business
+    const found = await whyNotLoaded(new URL(spec, url).href, depth + 1, seen);
+    if (found) return found;
+  }
+  return null;
+}

@@ -1,6 +1,7 @@
 // The Web Worker bootstrap: load the wasm, then forward every message to Rust and post the reply.
 // All logic (and the message types) live in Rust: see src/worker.rs and crates/core/src/messages.rs.
 import init, { handle, loadModelBytes, setEngineWorkerFactory } from "./ternflow.js";
+import { startModuleWorker } from "./common.js";
 
 // The literal form bundlers recognise (they emit the file and rewrite the URL).
 const wasmUrl = new URL("./ternflow_bg.wasm", import.meta.url);
@@ -32,11 +33,18 @@ const ready = (async () => {
   // The engine runs in a worker of its own where this worker can start one (nested dedicated
   // workers); the literal `new Worker(new URL(...))` form is the one bundlers see and emit.
   if (typeof Worker === "function") {
+    // When this worker started from a CDN through a same-origin bootstrap, the engine worker's
+    // script is on the CDN's origin too and starts the same way (a throw here leaves the model
+    // on this worker's thread). Its URL is known only when the package runs as published (a
+    // bundler renames the files); a variable, so that bundlers do not emit a second copy.
+    const engineScript = "engine-worker.js";
+    const published = new URL(import.meta.url).pathname.endsWith("/worker.js");
     setEngineWorkerFactory(() => {
-      const w = new Worker(new URL("./engine-worker.js", import.meta.url), {
-        type: "module",
-        name: "ternflow-engine",
-      });
+      const w = startModuleWorker(
+        () => new Worker(new URL("./engine-worker.js", import.meta.url), { type: "module", name: "ternflow-engine" }),
+        published ? new URL(engineScript, import.meta.url).href : null,
+        { name: "ternflow-engine" },
+      );
       w.postMessage({ type: "init", module });
       return w;
     });

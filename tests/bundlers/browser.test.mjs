@@ -3,7 +3,7 @@
 // reload; then the failure paths, each a typed error with nothing cached wrongly.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync, rmSync } from "node:fs";
+import { cpSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { BIN, HERE, WORK, browser, runPage, serve, sh } from "./lib.mjs";
 import { BUILDS } from "./builds.mjs";
@@ -234,5 +234,79 @@ describe("failure paths (esbuild app)", () => {
   test("a missing worker script rejects ready with worker_failed", async () => {
     const r = await failing({ "^/worker\\.js$": "404" }, "");
     assert.equal(r.error?.code, "worker_failed", JSON.stringify(r));
+    assert.equal(r.error.typed, true, "a TernflowError");
   });
+});
+
+// No bundler: the installed package's files as they are, on the page's origin or on another one
+// (how jsDelivr and unpkg users start), found through an import map. The page is the fixture app.
+describe("no bundler: an import map, the package on the same origin or a CDN's", () => {
+  const pkgDir = join(HERE, "node_modules/ternflow");
+  const pageDir = (name, ternflowUrl) => {
+    const out = join(WORK, name);
+    rmSync(out, { recursive: true, force: true });
+    mkdirSync(out, { recursive: true });
+    cpSync(join(HERE, "app/main.js"), join(out, "main.js"));
+    const map = JSON.stringify({ imports: { ternflow: ternflowUrl } });
+    writeFileSync(join(out, "index.html"), `<!doctype html>\n<meta charset="utf-8"><title>ternflow, no bundler</title>\n<script type="importmap">${map}</script>\n<script type="module" src="./main.js"></script>\n`);
+    return out;
+  };
+
+  async function open(url) {
+    const ctx = await (await browser()).newContext();
+    try {
+      return await runPage(await ctx.newPage(), url);
+    } finally {
+      await ctx.close();
+    }
+  }
+
+  test("same origin: works unchanged, engine in its own worker", async () => {
+    const out = pageDir("importmap-same", "./ternflow/client.js");
+    cpSync(pkgDir, join(out, "ternflow"), { recursive: true });
+    const srv = await serve(out);
+    try {
+      const r = await open(`${srv.url}/`);
+      checkHappyPath(r);
+      assert.equal(r.source, "engine");
+      console.log(`figures import map (same origin): cold start to first vector ${r.firstVectorMs.toFixed(0)} ms`);
+    } finally {
+      await srv.close();
+    }
+  });
+
+  test("the package on another origin (a CDN): a same-origin bootstrap starts both workers", async () => {
+    const cdn = await serve(pkgDir, {}, { cors: true });
+    const srv = await serve(pageDir("importmap-cdn", `${cdn.url}/client.js`));
+    try {
+      const r = await open(`${srv.url}/`);
+      checkHappyPath(r);
+      assert.equal(r.source, "engine");
+      for (const file of ["/worker.js", "/engine-worker.js", "/ternflow_bg.wasm", "/ternlight-int4.bin"]) {
+        assert.ok(cdn.log.includes(file), `${file} came from the CDN: ${cdn.log.join(" ")}`);
+      }
+      assert.deepEqual(srv.log.filter((p) => p !== "/" && p !== "/main.js" && p !== "/favicon.ico"), [], "nothing of the package from the page's origin");
+      console.log(`figures import map (CDN origin): cold start to first vector ${r.firstVectorMs.toFixed(0)} ms`);
+    } finally {
+      await srv.close();
+      await cdn.close();
+    }
+  });
+
+  for (const [file, route] of [["worker.js", "^/ternflow/worker\\.js$"], ["ternflow.js", "^/ternflow/ternflow\\.js$"]]) {
+    test(`a missing ${file} rejects ready with worker_failed naming its URL and the 404`, async () => {
+      const out = pageDir(`importmap-no-${file}`, "./ternflow/client.js");
+      cpSync(pkgDir, join(out, "ternflow"), { recursive: true });
+      const srv = await serve(out, { [route]: "404" });
+      try {
+        const r = await open(`${srv.url}/`);
+        assert.equal(r.error?.code, "worker_failed", JSON.stringify(r));
+        assert.equal(r.error.typed, true, "a TernflowError");
+        assert.equal(r.error.url, `${srv.url}/ternflow/${file}`);
+        assert.match(r.error.message, new RegExp(`/ternflow/${file.replace(".", "\\.")} HTTP 404`));
+      } finally {
+        await srv.close();
+      }
+    });
+  }
 });

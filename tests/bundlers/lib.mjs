@@ -36,9 +36,9 @@ export async function sh(cmd, args, opts = {}) {
 /**
  * Serves `dir` on a free port. `routes` answers some paths itself: `"404"`, `"html"` (a 200
  * HTML page, as a misconfigured dev server sends), `"hang"` (never answers). Records every
- * request path in `log`.
+ * request path in `log`. `cors: true` lets every origin read the files (as a CDN does).
  */
-export async function serve(dir, routes = {}) {
+export async function serve(dir, routes = {}, { cors = false } = {}) {
   const log = [];
   const server = createServer((req, res) => {
     const path = decodeURIComponent(new URL(req.url, "http://x").pathname);
@@ -54,6 +54,7 @@ export async function serve(dir, routes = {}) {
     res.writeHead(200, {
       "content-type": MIME[extname(file)] ?? "application/octet-stream",
       "content-length": statSync(file).size,
+      ...(cors ? { "access-control-allow-origin": "*" } : {}),
     });
     createReadStream(file).pipe(res);
   });
