@@ -26,7 +26,7 @@ if [ "${TERNFLOW_WASM_OPT:-1}" != 0 ]; then
   fi
   printf 'build-pkg: wasm-opt -O3: %d -> %d bytes\n' "$(wc -c < "$tmp/unopt.wasm")" "$(wc -c < pkg/ternflow_bg.wasm)"
 fi
-cp www/worker.js www/engine-worker.js www/client.js www/common.js www/node.js www/index.d.ts www/common.d.ts www/node.d.ts pkg/
+cp www/worker.js www/engine-worker.js www/client.js www/common.js www/node.js www/runtime.js www/index.d.ts www/common.d.ts www/node.d.ts www/runtime.d.ts pkg/
 cp www/README.md pkg/README.md
 mkdir -p pkg/edge && cp www/edge/*.mjs www/edge/*.d.mts pkg/edge/
 # wasm-bindgen declares `[Symbol.dispose]`, which breaks strict TypeScript consumers whose `lib`
@@ -50,14 +50,17 @@ const p = JSON.parse(fs.readFileSync("pkg/package.json", "utf8"));
 const browser = { types: "./index.d.ts", default: "./client.js" };
 const node = { types: "./node.d.ts", default: "./node.js" };
 const edge = { types: "./edge/worker.d.mts", default: "./edge/worker.mjs" };
+// Deno and Bun: the Node API and the edge handler in one module (they take neither the workerd
+// entry's .wasm/.bin imports nor, for `export default`, the Node entry).
+const runtime = { types: "./runtime.d.ts", default: "./runtime.js" };
 p.main = "client.js";
 p.module = "client.js";
 p.types = "index.d.ts";
 p.type = "module";
 p.exports = {
-  ".": { workerd: edge, browser, worker: browser, node, default: browser },
+  ".": { workerd: edge, deno: runtime, bun: runtime, browser, worker: browser, node, default: browser },
   "./node": node,
-  "./edge": edge,
+  "./edge": { workerd: edge, deno: runtime, bun: runtime, default: edge },
   "./edge/remote-model": { types: "./edge/worker-remote-model.d.mts", default: "./edge/worker-remote-model.mjs" },
   "./edge/handler": { types: "./edge/handler.d.mts", default: "./edge/handler.mjs" },
   "./wasm": { types: "./ternflow.d.ts", default: "./ternflow.js" },
@@ -67,7 +70,7 @@ p.exports = {
   "./ternlight-int4.bin": "./ternlight-int4.bin",
   "./package.json": "./package.json",
 };
-const extra = ["client.js", "common.js", "node.js", "worker.js", "engine-worker.js", "index.d.ts", "common.d.ts", "node.d.ts", "edge/"];
+const extra = ["client.js", "common.js", "node.js", "runtime.js", "runtime.d.ts", "worker.js", "engine-worker.js", "index.d.ts", "common.d.ts", "node.d.ts", "edge/"];
 if (fs.existsSync("pkg/ternlight-int4.bin")) extra.push("ternlight-int4.bin");
 p.files = Array.from(new Set([...(p.files || []), ...extra]));
 // The worker bootstraps install `onmessage`; everything else is side-effect free.

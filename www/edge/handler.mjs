@@ -23,14 +23,24 @@ export function createWorker({ bindings, wasmModule, modelBytes }) {
   let ready = null;
   const setup = (env) =>
     (ready ??= (async () => {
-      bindings.initSync({ module: wasmModule });
+      try {
+        bindings.initSync({ module: wasmModule });
+      } catch (e) {
+        // Not a WebAssembly.Module (a bundler or runtime that imported the .wasm as something
+        // else), or one that does not instantiate: say so, not "bad model".
+        throw Object.assign(new Error(`the wasm did not start: ${e?.message ?? e}`), { code: "bad_wasm" });
+      }
       const server = env?.TERNFLOW_SERVER
         ? { url: env.TERNFLOW_SERVER, token: env.TERNFLOW_TOKEN ?? "" }
         : null;
       const r = await bindings.handle({ type: "init", id: 0, server, config: { workerId: "edge" } });
       if (r.type === "error") throw Object.assign(new Error(r.message), { code: r.code });
       if (modelBytes) {
-        bindings.loadModelBytes(new Uint8Array(modelBytes));
+        try {
+          bindings.loadModelBytes(new Uint8Array(modelBytes));
+        } catch (e) {
+          throw Object.assign(new Error(String(e?.message ?? e)), { code: "bad_model" });
+        }
       } else {
         const url = env?.TERNFLOW_MODEL_URL ?? (server ? `${server.url.replace(/\/$/, "")}/v1/model` : null);
         if (!url) throw Object.assign(new Error("no model: set TERNFLOW_MODEL_URL (or TERNFLOW_SERVER)"), { code: "no_model" });
