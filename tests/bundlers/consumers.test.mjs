@@ -3,6 +3,7 @@
 // declarations of every entry and refuses misuse (`@ts-expect-error` lines must error).
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { BIN, HERE, sh } from "./lib.mjs";
 
@@ -33,4 +34,19 @@ test("strict tsc: browser and edge entries (Bundler resolution)", async () => {
 
 test("strict tsc: Node entry (NodeNext resolution)", async () => {
   await sh(join(BIN, "tsc"), ["-p", join(HERE, "ts/tsconfig.node.json")]);
+});
+
+test("strict tsc: the Cloudflare Workers TypeScript template with the README's edge lines", async () => {
+  // The fixture is the template's tsconfig.json and src/index.ts with the README's lines as they are.
+  const readme = readFileSync(join(HERE, "node_modules/ternflow/README.md"), "utf8");
+  const src = readFileSync(join(HERE, "workers-ts/src/index.ts"), "utf8");
+  for (const line of [
+    'import ternflow from "ternflow/edge";',
+    "fetch: (request, env) => ternflow.fetch(request, env),",
+    "async queue(batch, env) { await ternflow.queue(batch, env); },",
+  ]) {
+    assert.ok(readme.includes(line), `the README has ${line}`);
+    assert.ok(src.includes(line), `the fixture has ${line}`);
+  }
+  await sh(join(BIN, "tsc"), ["-p", join(HERE, "workers-ts/tsconfig.json")]);
 });

@@ -25,7 +25,9 @@ export interface HandlerParts {
  * A `fetch(request, env)` answering `POST {"texts": [...]}` with
  * `{"vectors": number[][], "sources": string[]}`; errors are `{"error": {"code", "message"}}`.
  */
-export function createHandler(parts: HandlerParts): (request: Request, env?: EdgeEnv) => Promise<Response>;
+export function createHandler(
+  parts: HandlerParts,
+): <E extends object = EdgeEnv>(request: Request, env?: E & EdgeEnv) => Promise<Response>;
 
 /** One Queues message (the subset `queue` uses). */
 export interface QueueMessage {
@@ -50,9 +52,17 @@ export interface QueueSummary {
   reported: { id: string; attempts: number; code: string; message: string }[];
 }
 
+/**
+ * `env` is the deployment's own `Env` (whatever bindings it declares), checked only where it
+ * names ternflow's: generic, because an interface of other bindings alone has "no properties in
+ * common" with `EdgeEnv` (TS2559) under strict TypeScript.
+ */
 export interface EdgeWorker {
-  fetch(request: Request, env?: EdgeEnv): Promise<Response>;
-  queue(batch: QueueBatch, env?: EdgeEnv & { TERNFLOW_QUEUE_MAX_ATTEMPTS?: string }): Promise<QueueSummary>;
+  fetch<E extends object = EdgeEnv>(request: Request, env?: E & EdgeEnv): Promise<Response>;
+  queue<E extends object = EdgeEnv>(
+    batch: QueueBatch,
+    env?: E & EdgeEnv & { TERNFLOW_QUEUE_MAX_ATTEMPTS?: string },
+  ): Promise<QueueSummary>;
 }
 
 /** `{ fetch, queue }`, for `export default`. */
