@@ -36,13 +36,15 @@ const ready = (async () => {
     // When this worker started from a CDN through a same-origin bootstrap, the engine worker's
     // script is on the CDN's origin too and starts the same way (a throw here leaves the model
     // on this worker's thread). Its URL is known only when the package runs as published (a
-    // bundler renames the files); a variable, so that bundlers do not emit a second copy.
-    const engineScript = "engine-worker.js";
-    const published = new URL(import.meta.url).pathname.endsWith("/worker.js");
+    // bundler renames the files); not written as `new URL(…, import.meta.url)`, which bundlers
+    // would take for a second asset (webpack: "Critical dependency").
+    const here = new URL(import.meta.url);
+    const published = /^https?:$/.test(here.protocol) && here.pathname.endsWith("/worker.js");
+    const engineUrl = published ? here.href.replace(/\/worker\.js$/, "/engine-worker.js") : null;
     setEngineWorkerFactory(() => {
       const w = startModuleWorker(
         () => new Worker(new URL("./engine-worker.js", import.meta.url), { type: "module", name: "ternflow-engine" }),
-        published ? new URL(engineScript, import.meta.url).href : null,
+        engineUrl,
         { name: "ternflow-engine" },
       );
       w.postMessage({ type: "init", module });
