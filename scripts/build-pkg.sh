@@ -26,6 +26,8 @@ if [ "${TERNFLOW_WASM_OPT:-1}" != 0 ]; then
   fi
   printf 'build-pkg: wasm-opt -O3: %d -> %d bytes\n' "$(wc -c < "$tmp/unopt.wasm")" "$(wc -c < pkg/ternflow_bg.wasm)"
 fi
+# The engine worker imports its own copy of the wasm-bindgen glue (see www/engine-worker.js).
+cp pkg/ternflow.js pkg/engine-glue.js
 cp www/worker.js www/engine-worker.js www/client.js www/common.js www/node.js www/runtime.js www/index.d.ts www/common.d.ts www/node.d.ts www/runtime.d.ts pkg/
 cp www/README.md pkg/README.md
 mkdir -p pkg/edge && cp www/edge/*.mjs www/edge/*.d.mts pkg/edge/
@@ -70,7 +72,7 @@ p.exports = {
   "./ternlight-int4.bin": "./ternlight-int4.bin",
   "./package.json": "./package.json",
 };
-const extra = ["client.js", "common.js", "node.js", "runtime.js", "runtime.d.ts", "worker.js", "engine-worker.js", "index.d.ts", "common.d.ts", "node.d.ts", "edge/"];
+const extra = ["client.js", "common.js", "node.js", "runtime.js", "runtime.d.ts", "worker.js", "engine-worker.js", "engine-glue.js", "index.d.ts", "common.d.ts", "node.d.ts", "edge/"];
 if (fs.existsSync("pkg/ternlight-int4.bin")) extra.push("ternlight-int4.bin");
 p.files = Array.from(new Set([...(p.files || []), ...extra]));
 // The worker bootstraps install `onmessage`; everything else is side-effect free.

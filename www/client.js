@@ -31,7 +31,10 @@ function refuseUnknown(obj, known, what) {
  */
 function sibling(name) {
   const here = new URL(import.meta.url);
-  return here.pathname.endsWith("/client.js") ? new URL(name, here).href : null;
+  // (Parcel rewrites import.meta.url to a file: URL of the source: not an address.)
+  return /^https?:$/.test(here.protocol) && here.pathname.endsWith("/client.js")
+    ? new URL(name, here).href
+    : null;
 }
 
 function abortError(signal, what) {

@@ -1,7 +1,10 @@
 // The engine's own worker, started by worker.js (the pipeline's worker) so that embeds never hold
 // the thread its network and IndexedDB work runs on. It only embeds: the pipeline worker sends it
 // the compiled wasm, then a model, then texts; the protocol is in src/engine_worker.rs.
-import init, { TernflowEngine, wasmMemoryBytes } from "./ternflow.js";
+// `engine-glue.js` is a copy of `ternflow.js` (scripts/build-pkg.sh): the two workers share no
+// module, so no bundler puts one in a chunk both load (Parcel 2.16 loses such a chunk's modules
+// when it scope-hoists: "Cannot find module" at run time).
+import init, { TernflowEngine, wasmMemoryBytes } from "./engine-glue.js";
 
 let ready = null;
 let engine = null;
