@@ -20,7 +20,8 @@
 //!   message entry point), `settings` (the page's `config`: pipeline settings plus the adapter's,
 //!   unknown keys refused), `engine_api` (the engine's own JS class), `error` (the one error
 //!   enum).
-//! - `engine_api` (wasm32 only): the `#[wasm_bindgen]` surface of the engine (`TernflowEngine`).
+//! - `browser` (wasm32 only): the adapters assembled — which type implements each port, and how a
+//!   pipeline is built from them (the dispatch that uses it is `worker`).
 //!
 //! Nothing here touches `window`: every browser API is reached through the global scope, so the
 //! same code runs in a dedicated worker, a shared worker or an edge isolate.

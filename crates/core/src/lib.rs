@@ -12,14 +12,20 @@
 //!   `Embedder`, `Clock`, `Wakeups`).
 //! - [`server_client`]: those ports over the server's HTTP protocol, for any [`server_client::Transport`]
 //!   (the adapters only move bytes: `fetch` in the browser, `wasi:http` in the WASI worker).
+//!   `batch_answers`: the batch requests (`/v1/jobs/ack`, `/heartbeat`, `/nack`) and their
+//!   per-item answers, the same for every transport.
 //! - [`pipeline`]: one text through local cache → remote cache → lock → engine or backend →
-//!   write-through; [`job`]: one claimed job with heartbeats, retries, ack or nack;
-//!   [`worker`]: the claim loop with bounded concurrency and graceful drain.
-//! - [`retry`], [`breaker`], [`ratelimit`]: backoff with jitter, circuit breaker, token bucket.
+//!   write-through; [`mem_local`]: the in-memory local cache (where there is no IndexedDB);
+//!   [`job`]: one claimed job with heartbeats, retries, ack or nack; [`worker`]: the claim loop
+//!   with bounded concurrency and graceful drain; [`batch_queue`]: acks and nacks of jobs that
+//!   finish together sent as one request; `lease_board`: the leases held, kept alive by one
+//!   batched heartbeat; [`signal`]: the stop signal the loop awaits.
+//! - [`retry`], [`breaker`], [`ratelimit`]: backoff with jitter, circuit breaker, token bucket;
+//!   [`rng`]: the seeded random source for jitter and tokens.
 //! - [`metrics`], [`trace`]: the metrics registry and W3C trace context.
 //! - [`messages`]: the typed page ⇄ worker messages.
 //! - [`config`]: the worker's settings; [`error`]: the crate's one error enum.
-//! - [`memory`]: in-memory ports and a fake clock for tests.
+//! - [`memory`]: in-memory ports and a fake clock for tests (feature `testing`).
 
 mod batch_answers;
 pub mod batch_queue;

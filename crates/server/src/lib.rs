@@ -23,10 +23,11 @@
 //! - `serve`: [`run`], the accept loop (header timeout, connection bound, shutdown deadline).
 //! - [`clock`]: the injected [`Clock`] (system or fake).
 //! - [`state`]: [`AppState`], shared by every handler; it holds no tenant's data.
-//! - [`store`]: the store traits ([`QueueStore`], [`CacheStore`], [`LockStore`], [`EventBus`];
-//!   a [`Store`] is all four), the SQLite store (default), the in-memory store, the Redis store
-//!   and their conformance suite.
-//! - [`sse`]: the event hub (ring buffer for `Last-Event-ID`, wake-ups for long polls).
+//! - [`store`]: the store traits ([`QueueStore`], [`CacheStore`], [`LockStore`], [`EventBus`],
+//!   `ResultScan`, `IntegrityStore`; a [`Store`] is all six), the SQLite store (default), the
+//!   in-memory store, the Redis store and their conformance suite.
+//! - [`sse`]: the event hub (ring buffer for `Last-Event-ID`, `reset` on a gap, wake-ups for
+//!   long polls).
 //! - [`embed`]: the [`Embedder`] trait, the engine behind it and the request batcher.
 //! - [`metrics`]: counters, histograms (embed latency, claim → ack job latency), acks by result
 //!   source and worker snapshots (with the runtime their `User-Agent` names), as Prometheus text.
@@ -35,7 +36,8 @@
 //! - `cache`, `queue`: the cache and queue rules the routes share (routes never import each
 //!   other).
 //! - `routes/`: one file per route family (`jobs`, `dlq`, `events`, `cache`, `locks`, `embed`,
-//!   `metrics`, `model`, `dashboard`); `routes/mod.rs` assembles the router and its layers (auth, CORS, body limit).
+//!   `metrics`, `model`, `dashboard`, `health`, `quarantine`); `routes/mod.rs` assembles the
+//!   router and its layers (auth, CORS, body limit).
 //! - [`integrity`]: result verification: shape checks, provenance, probation and sampled
 //!   recomputation, quarantine and undo.
 //! - `extract`: the JSON, path and query extractors whose rejections are protocol errors.

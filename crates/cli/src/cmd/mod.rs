@@ -1,5 +1,13 @@
 //! Subcommands, one per file. To add one: a file with an `Args` struct (clap derive) and a
 //! `run(args) -> CmdResult`, a variant in [`Command`], and an arm in [`Command::run`].
+//!
+//! # Layout
+//! - [`embed`], [`bench`], [`gen_model`]: the engine alone (vectors of stdin lines; latency and
+//!   throughput; a random valid model file).
+//! - [`serve`]: the companion server; [`bench_server`]: its throughput over real HTTP.
+//! - [`enqueue`], [`stats`], [`results`]: a server's client (submit jobs; depth, counters and
+//!   workers; finished jobs' vectors), sharing [`client`]'s options.
+//! - [`token`]: `token mint`, a signed tenant token.
 
 use clap::{Parser, Subcommand};
 

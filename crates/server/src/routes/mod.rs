@@ -1,4 +1,12 @@
 //! The router: one file per route family, grouped by the role each needs.
+//!
+//! # Layout
+//! - `jobs` (enqueue, claim, status, heartbeat, ack, nack, release), `dlq` (dead letters,
+//!   redrive), `events` (SSE): the queue.
+//! - `cache` (the fenced remote cache), `locks` (single-flight locks), `embed` (backend
+//!   inference, with its budgets), `model` (the model file, public).
+//! - `metrics` (Prometheus, stats, worker snapshots), `dashboard` (the page, its data, search),
+//!   `health` (`/healthz`, `/readyz`, public), `quarantine` (quarantined worker identities).
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{header, HeaderName, HeaderValue, Method};

@@ -1,7 +1,8 @@
 //! The [`Store`] traits: everything the server keeps (jobs, dead letters, cache entries, locks,
 //! fences, events), split by capability ([`QueueStore`], [`CacheStore`], [`LockStore`],
-//! [`EventBus`]; a [`Store`] is all four), with three implementations that pass the same
-//! [`conformance`] suite:
+//! [`EventBus`], [`ResultScan`], [`IntegrityStore`]; a [`Store`] is all six), with three
+//! implementations that pass the same [`conformance`] suite (the in-process two number their
+//! events with [`local_events`]):
 //!
 //! - [`sqlite::SqliteStore`] (the default, `--store embedded`): one SQLite database in WAL mode,
 //!   one transaction per operation, group-committed on a thread of its own: one process,

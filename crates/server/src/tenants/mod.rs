@@ -3,7 +3,8 @@
 //! by filtering. Static tokens belong to the `default` tenant (the store the server was started
 //! with); a signed token names its tenant (`jwt.rs`), whose store the server's [`StoreFactory`]
 //! opens on demand: a SQLite database of its own under the data directory, or its own key
-//! prefix on Redis.
+//! prefix on Redis. `ctx` holds [`Ctx`], a request's tenant context; `usage` what an open tenant
+//! is using (its worker table, counters, quota estimates).
 //!
 //! # Open tenants are a bounded LRU
 //! A tenant's store is opened by its first request and kept while it is used. Each open tenant

@@ -33,6 +33,9 @@
 //! expiry compare their clocks. Scripts build keys from the prefix, so this layout targets a
 //! single Redis (with replicas), not Redis Cluster. For no loss on a Redis crash run it with
 //! `appendonly yes` and `appendfsync always` (the tests do).
+//!
+//! Beside this file: the Lua scripts (one per atomic operation), `scan` (`ResultScan`: `SCAN`
+//! over the job hashes) and `integrity` (`IntegrityStore`: standings and writers).
 
 use std::collections::HashMap;
 use std::fmt;

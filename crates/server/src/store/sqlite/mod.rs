@@ -18,7 +18,10 @@
 //!
 //! Leases, locks and fences are in the database, so a restart keeps live leases and locks, and
 //! fences never repeat. Event ids start at the start-up time in ms × 1000, so they keep growing
-//! across restarts.
+//! across restarts (after a clean shutdown they continue from the last one, kept in `meta`).
+//!
+//! Beside this file: [`writer`] (the group-committing writer and reader threads), `scan`
+//! (`ResultScan`), `integrity` (`IntegrityStore`), `dir_lock` (one server per data directory).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
