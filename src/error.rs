@@ -78,21 +78,23 @@ pub enum WorkerError {
 impl WorkerError {
     /// A short machine-readable code for the page.
     pub fn code(&self) -> String {
-        match self {
-            WorkerError::Core(e) => e.code().to_owned(),
+        use ternflow_core::ErrorCode as C;
+        let code = match self {
+            WorkerError::Core(e) => return e.code().to_owned(),
+            WorkerError::HttpStatus { status, .. } => return format!("http_{status}"),
             WorkerError::Engine(_)
             | WorkerError::BadModel { .. }
-            | WorkerError::ModelRefused(_) => "bad_model".into(),
-            WorkerError::HttpStatus { status, .. } => format!("http_{status}"),
-            WorkerError::Unreachable { .. } => "unreachable".into(),
-            WorkerError::Timeout { .. } => "timeout".into(),
-            WorkerError::Aborted(_) => "aborted".into(),
-            WorkerError::Idb(_) => "indexeddb".into(),
-            WorkerError::Js(_) => "js".into(),
-            WorkerError::BadMessage(_) => "bad_message".into(),
-            WorkerError::BadConfig(_) => "bad_config".into(),
-            WorkerError::ModelChecksum { .. } => "model_checksum".into(),
-        }
+            | WorkerError::ModelRefused(_) => C::BadModel,
+            WorkerError::Unreachable { .. } => C::Unreachable,
+            WorkerError::Timeout { .. } => C::Timeout,
+            WorkerError::Aborted(_) => C::Aborted,
+            WorkerError::Idb(_) => C::Indexeddb,
+            WorkerError::Js(_) => C::Js,
+            WorkerError::BadMessage(_) => C::BadMessage,
+            WorkerError::BadConfig(_) => C::BadConfig,
+            WorkerError::ModelChecksum { .. } => C::ModelChecksum,
+        };
+        code.as_str().to_owned()
     }
 
     /// Whether trying again later may succeed (a network failure, a timeout, a 5xx / 408 / 429,

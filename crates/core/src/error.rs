@@ -38,8 +38,8 @@ pub enum Error {
     /// The job itself is bad (empty or oversized text, unknown model): retrying cannot help.
     #[error("bad job ({code}): {message}")]
     BadJob {
-        /// Machine-readable reason (`text_too_long`, `empty_text`, `model_mismatch`, …).
-        code: &'static str,
+        /// Machine-readable reason (`text_too_long`, `model_mismatch`, `no_model`).
+        code: crate::ErrorCode,
         /// Detail.
         message: String,
     },
@@ -70,16 +70,17 @@ impl Error {
 
     /// A short machine-readable code, used as the nack / dead-letter reason and in metrics.
     pub fn code(&self) -> &str {
+        use crate::ErrorCode as C;
         match self {
-            Error::Unreachable(_) => "unreachable",
+            Error::Unreachable(_) => C::Unreachable.as_str(),
             Error::Http { code, .. } => code,
-            Error::LeaseLost(_) => "lease_lost",
-            Error::Engine(_) => "engine_failed",
-            Error::BackendUnavailable(_) => "backend_unavailable",
-            Error::BadJob { code, .. } => code,
-            Error::LocalCache(_) => "local_cache",
-            Error::Protocol(_) => "protocol",
-            Error::Stopped => "stopped",
+            Error::LeaseLost(_) => C::LeaseLost.as_str(),
+            Error::Engine(_) => C::EngineFailed.as_str(),
+            Error::BackendUnavailable(_) => C::BackendUnavailable.as_str(),
+            Error::BadJob { code, .. } => code.as_str(),
+            Error::LocalCache(_) => C::LocalCache.as_str(),
+            Error::Protocol(_) => C::Protocol.as_str(),
+            Error::Stopped => C::Stopped.as_str(),
         }
     }
 
@@ -126,7 +127,7 @@ mod tests {
         assert!(!http(413).is_retryable());
         assert!(!Error::LeaseLost("j".into()).is_retryable());
         let bad = Error::BadJob {
-            code: "text_too_long",
+            code: crate::ErrorCode::TextTooLong,
             message: "9000 bytes".into(),
         };
         assert!(!bad.is_retryable());

@@ -24,7 +24,8 @@
 //!   [`rng`]: the seeded random source for jitter and tokens.
 //! - [`metrics`], [`trace`]: the metrics registry and W3C trace context.
 //! - [`messages`]: the typed page ⇄ worker messages.
-//! - [`config`]: the worker's settings; [`error`]: the crate's one error enum.
+//! - [`config`]: the worker's settings; [`error`]: the crate's one error enum; [`error_code`]:
+//!   every `code` ternflow reports (server, worker, npm package), one closed set.
 //! - [`memory`]: in-memory ports and a fake clock for tests (feature `testing`).
 
 mod batch_answers;
@@ -33,6 +34,7 @@ pub mod breaker;
 pub mod codec;
 pub mod config;
 pub mod error;
+pub mod error_code;
 pub mod job;
 pub mod keys;
 mod lease_board;
@@ -54,4 +56,5 @@ pub mod worker;
 
 pub use config::Config;
 pub use error::{Error, Result};
+pub use error_code::ErrorCode;
 pub use pipeline::{Adapters, Pipeline, Ports, Resolved};

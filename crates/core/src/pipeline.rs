@@ -180,7 +180,7 @@ impl<P: Ports> Pipeline<P> {
     pub fn validate(&self, text: &str) -> Result<()> {
         if text.len() > self.cfg.max_text_bytes {
             return Err(Error::BadJob {
-                code: "text_too_long",
+                code: crate::ErrorCode::TextTooLong,
                 message: format!(
                     "text is {} bytes; the limit is {}",
                     text.len(),
@@ -251,7 +251,7 @@ impl<P: Ports> Pipeline<P> {
         let model = match model_id.filter(|m| !m.is_empty()) {
             Some(m) => m.to_owned(),
             None => self.default_model().ok_or(Error::BadJob {
-                code: "no_model",
+                code: crate::ErrorCode::NoModel,
                 message: "no model id given and no model loaded".into(),
             })?,
         };
@@ -548,7 +548,7 @@ impl<P: Ports> Pipeline<P> {
         if let Some(m) = self.adapters.backend.model_id() {
             if m != model {
                 return Err(Error::BadJob {
-                    code: "model_mismatch",
+                    code: crate::ErrorCode::ModelMismatch,
                     message: format!("job wants model {model}; the backend runs {m}"),
                 });
             }
@@ -572,7 +572,7 @@ impl<P: Ports> Pipeline<P> {
                 if let Some(m) = self.adapters.backend.model_id() {
                     if m != model {
                         return Err(Error::BadJob {
-                            code: "model_mismatch",
+                            code: crate::ErrorCode::ModelMismatch,
                             message: format!("job wants model {model}; the backend runs {m}"),
                         });
                     }

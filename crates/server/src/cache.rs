@@ -9,6 +9,7 @@ use crate::identity::DEFAULT_TENANT;
 use crate::queue::valid_id;
 use crate::store::{Fenced, PutOutcome};
 use crate::tenants::Ctx;
+use ternflow_core::ErrorCode;
 
 /// Announces that `key`'s entry changed, so workers drop their local copies.
 pub(crate) async fn invalidate(state: &Ctx, key: String) {
@@ -25,18 +26,21 @@ pub(crate) async fn invalidate(state: &Ctx, key: String) {
 pub(crate) fn check_write(key: &str, model_id: &str, vector: &Vector) -> Result<()> {
     valid_id(key)?;
     if vector.0.is_empty() {
-        return Err(Error::bad_request("bad_vector", "the vector is empty"));
+        return Err(Error::bad_request(
+            ErrorCode::BadVector,
+            "the vector is empty",
+        ));
     }
     if model_id.is_empty() {
         return Err(Error::bad_request(
-            "bad_model",
+            ErrorCode::BadModel,
             "a cache entry needs the model_id that produced it",
         ));
     }
     match key.split_once(':') {
         Some((model, _)) if model == model_id => Ok(()),
         _ => Err(Error::bad_request(
-            "model_mismatch",
+            ErrorCode::ModelMismatch,
             "the key must be `model_id:texthash` with the entry's model_id",
         )),
     }

@@ -4,6 +4,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use ternflow_core::protocol::{CacheEntry, ErrorBody, ErrorDetail};
+use ternflow_core::ErrorCode;
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -17,7 +18,7 @@ pub enum Error {
     #[error("{message}")]
     BadRequest {
         /// Machine-readable code.
-        code: &'static str,
+        code: ErrorCode,
         /// Detail.
         message: String,
     },
@@ -45,7 +46,7 @@ pub enum Error {
     #[error("{message}")]
     Conflict {
         /// Machine-readable code.
-        code: &'static str,
+        code: ErrorCode,
         /// Detail.
         message: String,
         /// `stale_fence`: the stored entry.
@@ -59,7 +60,7 @@ pub enum Error {
     #[error("{message}")]
     TooLarge {
         /// Machine-readable code (`too_large`, `text_too_long`, `batch_too_large`).
-        code: &'static str,
+        code: ErrorCode,
         /// Detail.
         message: String,
     },
@@ -93,7 +94,7 @@ pub enum Error {
 
 impl Error {
     /// A 400 with `code`.
-    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn bad_request(code: ErrorCode, message: impl Into<String>) -> Self {
         Error::BadRequest {
             code,
             message: message.into(),
@@ -101,7 +102,7 @@ impl Error {
     }
 
     /// A 413 with `code`.
-    pub fn too_large(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn too_large(code: ErrorCode, message: impl Into<String>) -> Self {
         Error::TooLarge {
             code,
             message: message.into(),
@@ -109,7 +110,7 @@ impl Error {
     }
 
     /// A plain 409 with `code`.
-    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn conflict(code: ErrorCode, message: impl Into<String>) -> Self {
         Error::Conflict {
             code,
             message: message.into(),
@@ -121,11 +122,9 @@ impl Error {
 
     /// A 400 for an ack of a batch refused with `code` (one of the result checks' codes).
     pub fn refused(code: &str, message: String) -> Self {
-        let code = match code {
-            "model_mismatch" => "model_mismatch",
-            "bad_model" => "bad_model",
-            "bad_id" => "bad_id",
-            _ => "bad_result",
+        let code = match ErrorCode::parse(code) {
+            Some(c @ (ErrorCode::ModelMismatch | ErrorCode::BadModel | ErrorCode::BadId)) => c,
+            _ => ErrorCode::BadResult,
         };
         Error::BadRequest { code, message }
     }
@@ -161,22 +160,22 @@ impl Error {
     }
 
     /// The body's `code`.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
             Error::BadRequest { code, .. }
             | Error::Conflict { code, .. }
-            | Error::TooLarge { code, .. } => code,
-            Error::Unauthorized => "unauthorized",
-            Error::BadToken(_) => "bad_token",
-            Error::Forbidden(_) => "forbidden",
-            Error::Quarantined(_) => "quarantined",
-            Error::NotFound(_) => "not_found",
-            Error::MethodNotAllowed => "method_not_allowed",
-            Error::TooManyRequests { .. } => "too_many_requests",
-            Error::QuotaExceeded { .. } => "quota_exceeded",
-            Error::RequestTimeout(_) => "body_timeout",
-            Error::Unavailable(_) => "unavailable",
-            Error::Store(_) => "store_unavailable",
+            | Error::TooLarge { code, .. } => *code,
+            Error::Unauthorized => ErrorCode::Unauthorized,
+            Error::BadToken(_) => ErrorCode::BadToken,
+            Error::Forbidden(_) => ErrorCode::Forbidden,
+            Error::Quarantined(_) => ErrorCode::Quarantined,
+            Error::NotFound(_) => ErrorCode::NotFound,
+            Error::MethodNotAllowed => ErrorCode::MethodNotAllowed,
+            Error::TooManyRequests { .. } => ErrorCode::TooManyRequests,
+            Error::QuotaExceeded { .. } => ErrorCode::QuotaExceeded,
+            Error::RequestTimeout(_) => ErrorCode::BodyTimeout,
+            Error::Unavailable(_) => ErrorCode::Unavailable,
+            Error::Store(_) => ErrorCode::StoreUnavailable,
         }
     }
 }
@@ -193,7 +192,7 @@ impl IntoResponse for Error {
         };
         let mut body = ErrorBody {
             error: ErrorDetail {
-                code: self.code().to_owned(),
+                code: self.code().as_str().to_owned(),
                 message,
             },
             entry: None,

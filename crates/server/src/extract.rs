@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::state::AppState;
+use ternflow_core::ErrorCode;
 
 /// JSON body extractor and response wrapper.
 #[derive(Debug, Clone, Copy, Default)]
@@ -40,18 +41,18 @@ where
 fn map_rejection(rej: JsonRejection) -> Error {
     if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
         return Error::too_large(
-            "too_large",
+            ErrorCode::TooLarge,
             "request body is larger than the server's limit",
         );
     }
     match rej {
         JsonRejection::MissingJsonContentType(_) => Error::bad_request(
-            "bad_content_type",
+            ErrorCode::BadContentType,
             "expected `Content-Type: application/json`",
         ),
-        JsonRejection::JsonSyntaxError(e) => Error::bad_request("bad_json", e.body_text()),
-        JsonRejection::JsonDataError(e) => Error::bad_request("bad_json", e.body_text()),
-        other => Error::bad_request("bad_json", other.body_text()),
+        JsonRejection::JsonSyntaxError(e) => Error::bad_request(ErrorCode::BadJson, e.body_text()),
+        JsonRejection::JsonDataError(e) => Error::bad_request(ErrorCode::BadJson, e.body_text()),
+        other => Error::bad_request(ErrorCode::BadJson, other.body_text()),
     }
 }
 
@@ -75,7 +76,7 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         match axum::extract::Path::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Path(v)) => Ok(Path(v)),
-            Err(rej) => Err(Error::bad_request("bad_path", rej.body_text())),
+            Err(rej) => Err(Error::bad_request(ErrorCode::BadPath, rej.body_text())),
         }
     }
 }
@@ -94,7 +95,7 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         match axum::extract::Query::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Query(v)) => Ok(Query(v)),
-            Err(rej) => Err(Error::bad_request("bad_query", rej.body_text())),
+            Err(rej) => Err(Error::bad_request(ErrorCode::BadQuery, rej.body_text())),
         }
     }
 }

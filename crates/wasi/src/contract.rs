@@ -107,7 +107,7 @@ mod tests {
     #[test]
     fn failures_map_to_the_edge_statuses() {
         let long = Error::BadJob {
-            code: "text_too_long",
+            code: ternflow_core::ErrorCode::TextTooLong,
             message: "x".into(),
         };
         assert_eq!(code(&failure(&long)), (413, "text_too_long".into()));

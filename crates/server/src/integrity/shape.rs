@@ -1,6 +1,7 @@
 //! What a result vector must look like before anything else looks at it.
 
 use crate::error::{Error, Result};
+use ternflow_core::ErrorCode;
 
 /// Largest vector accepted for a model the server does not run (its dimension unknown).
 pub const MAX_DIM: usize = 4_096;
@@ -13,7 +14,7 @@ pub const NORM_TOLERANCE: f64 = 1e-3;
 /// # Errors
 /// 400 `bad_result` saying what is wrong.
 pub fn check_vector(dim: Option<usize>, v: &[f32]) -> Result<()> {
-    let bad = |m: String| Err(Error::bad_request("bad_result", m));
+    let bad = |m: String| Err(Error::bad_request(ErrorCode::BadResult, m));
     match dim {
         Some(d) if v.len() != d => {
             return bad(format!(
@@ -58,11 +59,26 @@ mod tests {
         assert!(check_vector(Some(4), &unit(4)).is_ok());
         assert!(check_vector(None, &unit(384)).is_ok());
         let code = |r: Result<()>| r.unwrap_err().code();
-        assert_eq!(code(check_vector(Some(384), &unit(3))), "bad_result");
-        assert_eq!(code(check_vector(None, &unit(350_000))), "bad_result");
-        assert_eq!(code(check_vector(None, &[])), "bad_result");
-        assert_eq!(code(check_vector(Some(2), &[1e30, -1e30])), "bad_result");
-        assert_eq!(code(check_vector(Some(2), &[f32::NAN, 1.0])), "bad_result");
-        assert_eq!(code(check_vector(Some(2), &[0.5, 0.5])), "bad_result");
+        assert_eq!(
+            code(check_vector(Some(384), &unit(3))),
+            ErrorCode::BadResult
+        );
+        assert_eq!(
+            code(check_vector(None, &unit(350_000))),
+            ErrorCode::BadResult
+        );
+        assert_eq!(code(check_vector(None, &[])), ErrorCode::BadResult);
+        assert_eq!(
+            code(check_vector(Some(2), &[1e30, -1e30])),
+            ErrorCode::BadResult
+        );
+        assert_eq!(
+            code(check_vector(Some(2), &[f32::NAN, 1.0])),
+            ErrorCode::BadResult
+        );
+        assert_eq!(
+            code(check_vector(Some(2), &[0.5, 0.5])),
+            ErrorCode::BadResult
+        );
     }
 }

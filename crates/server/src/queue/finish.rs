@@ -18,6 +18,7 @@ use crate::integrity::verifier::{self, Item};
 use crate::integrity::Writer;
 use crate::store::{AckInput, AckOutcome, Fenced, Written};
 use crate::tenants::Ctx;
+use ternflow_core::ErrorCode;
 
 /// What every ack must look like before the store sees it.
 fn check_ack(state: &Ctx, item: &AckItem) -> Result<()> {
@@ -25,7 +26,7 @@ fn check_ack(state: &Ctx, item: &AckItem) -> Result<()> {
     let r = &item.ack.result;
     if r.model_id.is_empty() {
         return Err(Error::bad_request(
-            "bad_model",
+            ErrorCode::BadModel,
             "the result needs the model_id that produced it",
         ));
     }
@@ -40,7 +41,7 @@ fn refused(id: String, e: &Error) -> AckItemResult {
         id,
         outcome: AckItemOutcome::Refused,
         error: Some(ErrorDetail {
-            code: e.code().to_owned(),
+            code: e.code().as_str().to_owned(),
             message: e.to_string(),
         }),
     }
@@ -48,7 +49,7 @@ fn refused(id: String, e: &Error) -> AckItemResult {
 
 fn model_mismatch(expected: &str, got: &str) -> Error {
     Error::bad_request(
-        "model_mismatch",
+        ErrorCode::ModelMismatch,
         format!("the job is of model {expected}; the result names {got}"),
     )
 }
@@ -518,7 +519,7 @@ async fn agree(state: &Ctx, writer: &Writer, item: &AckItem, k: u32) -> Result<A
     }
     let attempt = state.store.status(id).await?.map_or(1, |s| s.attempt);
     let error = ternflow_core::protocol::JobError {
-        code: "awaiting_agreement".to_owned(),
+        code: ErrorCode::AwaitingAgreement.as_str().to_owned(),
         message: format!("{same} of the {k} identities that must agree sent this vector"),
         retryable: true,
     };

@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 
 pub(crate) mod finish;
 use crate::tenants::Ctx;
+use ternflow_core::ErrorCode;
 
 /// Checks a job id, cache key or lock key.
 ///
@@ -19,7 +20,7 @@ pub(crate) fn valid_id(id: &str) -> Result<()> {
         Ok(())
     } else {
         Err(Error::bad_request(
-            "bad_id",
+            ErrorCode::BadId,
             "ids and keys are 1–200 characters of [A-Za-z0-9-_.:]",
         ))
     }
@@ -69,7 +70,7 @@ pub(crate) async fn lost_or_missing(state: &Ctx, id: &str) -> Error {
 pub(crate) fn lease_lost(state: &Ctx) -> Error {
     state.metrics.add(|c| &c.leases_lost, 1);
     Error::conflict(
-        "lease_lost",
+        ErrorCode::LeaseLost,
         "this token does not hold the job's lease (expired and re-delivered, or finished)",
     )
 }

@@ -19,6 +19,7 @@ use crate::integrity::verifier::{self, Item};
 use crate::queue::valid_id;
 use crate::store::{Fenced, PutOutcome, Written};
 use crate::tenants::Ctx;
+use ternflow_core::ErrorCode;
 
 /// An entry as `caller` may see it: its writer only for admins.
 fn shown_to(caller: &Identity, mut e: CacheEntry) -> CacheEntry {
@@ -63,7 +64,7 @@ pub(crate) async fn put(
         Some(t) if cache_key(&req.model_id, t) != key => {
             state.metrics.add(|c| &c.results_refused, 1);
             return Err(Error::bad_request(
-                "bad_result",
+                ErrorCode::BadResult,
                 "the text does not hash to this key",
             ));
         }
@@ -74,7 +75,7 @@ pub(crate) async fn put(
         }),
         None if checkable => {
             return Err(Error::bad_request(
-                "text_required",
+                ErrorCode::TextRequired,
                 "a cache write of a model this server verifies carries its text",
             ))
         }
@@ -129,7 +130,7 @@ pub(crate) async fn put(
             Ok((status, Json(shown_to(&caller, entry))).into_response())
         }
         (_, PutOutcome::Stale(stored)) => Err(Error::Conflict {
-            code: "stale_fence",
+            code: ErrorCode::StaleFence,
             message: format!(
                 "a newer entry (fence {} > {}) is stored",
                 stored.fence, fence
@@ -147,7 +148,7 @@ pub(crate) async fn put(
                 .ok()
                 .flatten();
             Err(Error::Conflict {
-                code: "bad_fence",
+                code: ErrorCode::BadFence,
                 message: "no live lock on this key carries that fence: take the lock \
                           (POST /v1/locks/{key}) and write with its fence"
                     .to_owned(),

@@ -18,6 +18,7 @@ use crate::metrics::WorkerRow;
 use crate::search::{top_k, Hit};
 use crate::series::{Alert, Sample};
 use crate::tenants::Ctx;
+use ternflow_core::ErrorCode;
 
 /// The page's files: name → (content type, bytes).
 const FILES: &[(&str, &str, &[u8])] = &[
@@ -206,16 +207,19 @@ pub(crate) async fn search(
     let k = req.k.unwrap_or(10);
     if k == 0 || k > MAX_K {
         return Err(Error::bad_request(
-            "bad_k",
+            ErrorCode::BadK,
             format!("k must be within 1..={MAX_K}"),
         ));
     }
     if req.query.trim().is_empty() {
-        return Err(Error::bad_request("empty_query", "the query is empty"));
+        return Err(Error::bad_request(
+            ErrorCode::EmptyQuery,
+            "the query is empty",
+        ));
     }
     if req.query.len() > state.config.max_text_bytes {
         return Err(Error::too_large(
-            "text_too_long",
+            ErrorCode::TextTooLong,
             format!("texts are limited to {} bytes", state.config.max_text_bytes),
         ));
     }

@@ -13,6 +13,7 @@ use crate::extract::Json;
 use crate::identity::Identity;
 use crate::quota::{embed_cost, WINDOW_TOKENS};
 use crate::tenants::Ctx;
+use ternflow_core::ErrorCode;
 
 pub(crate) async fn embed(
     state: Ctx,
@@ -26,17 +27,20 @@ pub(crate) async fn embed(
     };
     let cfg = &state.config;
     if req.texts.is_empty() {
-        return Err(Error::bad_request("empty_batch", "no texts to embed"));
+        return Err(Error::bad_request(
+            ErrorCode::EmptyBatch,
+            "no texts to embed",
+        ));
     }
     if req.texts.len() > cfg.max_embed_texts {
         return Err(Error::too_large(
-            "batch_too_large",
+            ErrorCode::BatchTooLarge,
             format!("at most {} texts per request", cfg.max_embed_texts),
         ));
     }
     if req.texts.iter().any(|t| t.len() > cfg.max_text_bytes) {
         return Err(Error::too_large(
-            "text_too_long",
+            ErrorCode::TextTooLong,
             format!("texts are limited to {} bytes", cfg.max_text_bytes),
         ));
     }

@@ -25,6 +25,7 @@ use crate::queue::finish::{finish, resolve_cached};
 use crate::queue::{lease_lost, lost_or_missing, publish_depth, publish_finished, valid_id};
 use crate::store::{JobRecord, PRIORITY_RANGE};
 use crate::tenants::Ctx;
+use ternflow_core::ErrorCode;
 
 /// Longest `delay_ms` accepted (30 days).
 const MAX_DELAY_MS: u64 = 30 * 24 * 3_600_000;
@@ -79,11 +80,14 @@ pub(crate) async fn enqueue(
     let jobs = req.into_jobs();
     let cfg = &state.config;
     if jobs.is_empty() {
-        return Err(Error::bad_request("empty_batch", "no jobs to enqueue"));
+        return Err(Error::bad_request(
+            ErrorCode::EmptyBatch,
+            "no jobs to enqueue",
+        ));
     }
     if jobs.len() > cfg.max_enqueue_batch {
         return Err(Error::too_large(
-            "batch_too_large",
+            ErrorCode::BatchTooLarge,
             format!("at most {} jobs per request", cfg.max_enqueue_batch),
         ));
     }
@@ -93,7 +97,7 @@ pub(crate) async fn enqueue(
     for j in jobs {
         if j.text.len() > cfg.max_text_bytes {
             return Err(Error::too_large(
-                "text_too_long",
+                ErrorCode::TextTooLong,
                 format!("texts are limited to {} bytes", cfg.max_text_bytes),
             ));
         }
@@ -113,14 +117,14 @@ pub(crate) async fn enqueue(
         let priority = j.priority.unwrap_or(0);
         if !PRIORITY_RANGE.contains(&priority) {
             return Err(Error::bad_request(
-                "bad_priority",
+                ErrorCode::BadPriority,
                 "priority must be within -1000..=1000",
             ));
         }
         let delay = j.delay_ms.unwrap_or(0);
         if delay > MAX_DELAY_MS {
             return Err(Error::bad_request(
-                "bad_delay",
+                ErrorCode::BadDelay,
                 "delay_ms is at most 30 days",
             ));
         }
@@ -169,7 +173,7 @@ pub(crate) async fn claim(
     let cfg = state.config.clone();
     if !is_clean(&req.worker, 128) {
         return Err(Error::bad_request(
-            "bad_worker",
+            ErrorCode::BadWorker,
             "worker must be 1–128 characters of [A-Za-z0-9._:@-]",
         ));
     }
@@ -178,7 +182,7 @@ pub(crate) async fn claim(
     }
     if req.max == 0 || req.max > cfg.max_claim {
         return Err(Error::bad_request(
-            "bad_max",
+            ErrorCode::BadMax,
             format!("max must be within 1..={}", cfg.max_claim),
         ));
     }
@@ -291,11 +295,11 @@ pub(crate) async fn heartbeat_batch(
     Json(req): Json<HeartbeatBatchRequest>,
 ) -> Result<Json<HeartbeatBatchResponse>> {
     if req.leases.is_empty() {
-        return Err(Error::bad_request("empty_batch", "no leases"));
+        return Err(Error::bad_request(ErrorCode::EmptyBatch, "no leases"));
     }
     if req.leases.len() > state.config.max_claim as usize {
         return Err(Error::too_large(
-            "batch_too_large",
+            ErrorCode::BatchTooLarge,
             format!("at most {} leases per request", state.config.max_claim),
         ));
     }
@@ -349,7 +353,7 @@ pub(crate) async fn ack(
         AckItemOutcome::Missing => Err(Error::NotFound(format!("no job {}", r.id))),
         AckItemOutcome::Refused => {
             let e = r.error.unwrap_or(ErrorDetail {
-                code: "bad_result".to_owned(),
+                code: ErrorCode::BadResult.as_str().to_owned(),
                 message: String::new(),
             });
             Err(Error::refused(&e.code, e.message))
@@ -366,11 +370,11 @@ pub(crate) async fn ack_batch(
     Json(req): Json<AckBatchRequest>,
 ) -> Result<Json<AckBatchResponse>> {
     if req.acks.is_empty() {
-        return Err(Error::bad_request("empty_batch", "no acks"));
+        return Err(Error::bad_request(ErrorCode::EmptyBatch, "no acks"));
     }
     if req.acks.len() > state.config.max_claim as usize {
         return Err(Error::too_large(
-            "batch_too_large",
+            ErrorCode::BatchTooLarge,
             format!("at most {} acks per request", state.config.max_claim),
         ));
     }
@@ -420,11 +424,11 @@ pub(crate) async fn nack_batch(
     Json(req): Json<NackBatchRequest>,
 ) -> Result<Json<NackBatchResponse>> {
     if req.nacks.is_empty() {
-        return Err(Error::bad_request("empty_batch", "no nacks"));
+        return Err(Error::bad_request(ErrorCode::EmptyBatch, "no nacks"));
     }
     if req.nacks.len() > state.config.max_claim as usize {
         return Err(Error::too_large(
-            "batch_too_large",
+            ErrorCode::BatchTooLarge,
             format!("at most {} nacks per request", state.config.max_claim),
         ));
     }
@@ -513,7 +517,7 @@ pub(crate) async fn status_many(
 ) -> Result<Json<StatusList>> {
     if req.ids.len() > MAX_STATUS_IDS {
         return Err(Error::too_large(
-            "batch_too_large",
+            ErrorCode::BatchTooLarge,
             format!("at most {MAX_STATUS_IDS} ids per request"),
         ));
     }

@@ -10,6 +10,7 @@ use crate::extract::{Json, Path};
 use crate::queue::valid_id;
 use crate::store::LockOutcome;
 use crate::tenants::Ctx;
+use ternflow_core::ErrorCode;
 
 pub(crate) async fn acquire(
     state: Ctx,
@@ -20,18 +21,19 @@ pub(crate) async fn acquire(
     let body = body.map_err(|e| {
         if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
             Error::too_large(
-                "too_large",
+                ErrorCode::TooLarge,
                 "request body is larger than the server's limit",
             )
         } else {
-            Error::bad_request("bad_body", e.body_text())
+            Error::bad_request(ErrorCode::BadBody, e.body_text())
         }
     })?;
     // The body is optional: empty means the default TTL.
     let req: LockRequest = if body.iter().all(u8::is_ascii_whitespace) {
         LockRequest::default()
     } else {
-        serde_json::from_slice(&body).map_err(|e| Error::bad_request("bad_json", e.to_string()))?
+        serde_json::from_slice(&body)
+            .map_err(|e| Error::bad_request(ErrorCode::BadJson, e.to_string()))?
     };
     let ttl = state.config.lock_ttl(req.ttl_ms);
     let now = state.now();
@@ -44,7 +46,7 @@ pub(crate) async fn acquire(
         LockOutcome::Held { expires_at } => {
             state.metrics.add(|c| &c.lock_contended, 1);
             Err(Error::Conflict {
-                code: "lock_held",
+                code: ErrorCode::LockHeld,
                 message: "the lock is held by another worker".to_owned(),
                 entry: None,
                 expires_at: Some(expires_at),
@@ -71,7 +73,7 @@ pub(crate) async fn renew(
             Ok(Json(g))
         }
         None => Err(Error::conflict(
-            "lock_lost",
+            ErrorCode::LockLost,
             "this token does not hold the lock (expired or taken over)",
         )),
     }
@@ -89,7 +91,7 @@ pub(crate) async fn release(
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(Error::conflict(
-            "lock_lost",
+            ErrorCode::LockLost,
             "this token does not hold the lock (expired or taken over)",
         ))
     }

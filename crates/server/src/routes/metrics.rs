@@ -19,6 +19,7 @@ use crate::identity::{Identity, DEFAULT_TENANT};
 use crate::quota::Quotas;
 use crate::tenants::{Ctx, TenantUsage};
 use crate::workers::{label, Bounds, Refused};
+use ternflow_core::ErrorCode;
 
 const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -235,7 +236,7 @@ pub(crate) async fn push(
     {
         Ok(()) => Ok(StatusCode::NO_CONTENT),
         Err(Refused::BadName) => Err(Error::bad_request(
-            "bad_worker",
+            ErrorCode::BadWorker,
             "worker must be 1–128 characters of [A-Za-z0-9._:@-]",
         )),
         Err(Refused::Full(n)) => {

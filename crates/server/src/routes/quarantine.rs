@@ -13,6 +13,7 @@ use crate::identity::Identity;
 use crate::integrity::verifier;
 use crate::state::AppState;
 use crate::tenants::Ctx;
+use ternflow_core::ErrorCode;
 
 /// Most quarantined identities listed.
 const MAX_LISTED: usize = 1_000;
@@ -49,7 +50,7 @@ pub(crate) async fn lift(state: Ctx, Path(sub): Path<String>) -> Result<StatusCo
     // Checked before it reaches the audit log: no newlines or escapes from the path.
     if !crate::integrity::is_writer_id(&sub) {
         return Err(Error::bad_request(
-            "bad_id",
+            ErrorCode::BadId,
             "a worker identity is 1–128 characters of [A-Za-z0-9._:@-]",
         ));
     }

@@ -11,6 +11,7 @@ use ternflow_core::protocol::{
     Attempt, CacheEntry, ClaimedJob, DlqEntry, Enqueued, JobError, JobResult, JobSpec, JobState,
     JobStatus, Lease, LockGrant, NackResponse, QueueDepth, ServerEvent,
 };
+use ternflow_core::ErrorCode;
 use tokio::sync::broadcast;
 
 use super::local_events::LocalEvents;
@@ -159,7 +160,7 @@ impl Inner {
         } = &j.state
         {
             let error = JobError {
-                code: "lease_expired".to_owned(),
+                code: ErrorCode::LeaseExpired.as_str().to_owned(),
                 message: "the lease expired before an ack or nack".to_owned(),
                 retryable: true,
             };

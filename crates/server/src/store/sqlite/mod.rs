@@ -36,6 +36,7 @@ use ternflow_core::protocol::{
     Attempt, CacheEntry, ClaimedJob, DlqEntry, Enqueued, JobError, JobResult, JobSpec, JobState,
     JobStatus, Lease, LockGrant, NackResponse, QueueDepth, ServerEvent, Vector,
 };
+use ternflow_core::ErrorCode;
 use tokio::sync::{broadcast, oneshot};
 
 use super::{
@@ -419,7 +420,7 @@ fn housekeeping(
         .map_err(db_err)?;
     for (id, attempt, worker, leased_at, history) in expired {
         let error = JobError {
-            code: "lease_expired".to_owned(),
+            code: ErrorCode::LeaseExpired.as_str().to_owned(),
             message: "the lease expired before an ack or nack".to_owned(),
             retryable: true,
         };
