@@ -9,9 +9,8 @@
 //! - [`ternflow_core`] (`crates/core`): protocol types, the per-job pipeline, retry, breaker, caches
 //!   and the traits this crate implements. No web-sys.
 //! - [`ternflow_engine`] (`crates/engine`): the Ternlight inference engine. No web deps.
-//! - `byte_lru`: an in-memory local cache bounded by bytes, O(1) eviction (the `lru` crate).
 //! - wasm32 only, one adapter per file: `idb` (IndexedDB local cache over rexie), `local`
-//!   (IndexedDB behind a hot `byte_lru`, or a `byte_lru` alone where there is no IndexedDB: edge
+//!   (IndexedDB behind a hot core `MemLocal`, or a `MemLocal` alone where there is no IndexedDB: edge
 //!   isolates, Node), `http` (the server's protocol over gloo-net: queue, remote cache, locks,
 //!   backend embedder), `sse` (`EventSource` wake-ups and invalidations), `clock` (`Date.now`,
 //!   `setTimeout`), `cancel` (timeouts and the page's `AbortSignal` for `fetch`), `engine_port`
@@ -31,7 +30,6 @@ pub use ternflow_engine as engine;
 
 #[cfg(target_arch = "wasm32")]
 pub mod browser;
-pub mod byte_lru;
 #[cfg(target_arch = "wasm32")]
 pub mod cancel;
 #[cfg(target_arch = "wasm32")]

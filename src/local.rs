@@ -3,10 +3,10 @@
 //! IndexedDB transaction; IndexedDB keeps everything across reloads), otherwise a bounded
 //! in-memory LRU alone (edge isolates such as Cloudflare Workers, Node).
 
+use ternflow_core::mem_local::MemLocal;
 use ternflow_core::ports::LocalCache;
 use wasm_bindgen::JsValue;
 
-use crate::byte_lru::ByteLru;
 use crate::error::WorkerError;
 use crate::idb::IdbCache;
 
@@ -19,14 +19,14 @@ pub const HOT_BYTES: usize = 8 << 20;
 #[derive(Debug)]
 pub enum AnyLocal {
     /// IndexedDB through rexie, behind an in-memory LRU of hot entries.
-    Idb(IdbCache, ByteLru),
+    Idb(IdbCache, MemLocal),
     /// In memory, for runtimes without IndexedDB (lost when the isolate ends).
-    Memory(ByteLru),
+    Memory(MemLocal),
 }
 
 impl AnyLocal {
     /// IndexedDB database `name` when the global scope has `indexedDB`, else memory; at most
-    /// `max_entries` either way, and in memory at most `max_bytes` (see [`ByteLru`]).
+    /// `max_entries` either way, and in memory at most `max_bytes` (see [`MemLocal`]).
     ///
     /// # Errors
     /// When IndexedDB exists but refuses the open.
@@ -34,13 +34,13 @@ impl AnyLocal {
         let has_idb = js_sys::Reflect::get(&js_sys::global(), &JsValue::from_str("indexedDB"))
             .is_ok_and(|v| !v.is_undefined() && !v.is_null());
         if has_idb {
-            let hot = ByteLru::new(
+            let hot = MemLocal::new(
                 HOT_BYTES.min(max_bytes),
                 HOT_ENTRIES.min(max_entries as usize),
             );
             Ok(AnyLocal::Idb(IdbCache::open(name, max_entries).await?, hot))
         } else {
-            Ok(AnyLocal::Memory(ByteLru::new(
+            Ok(AnyLocal::Memory(MemLocal::new(
                 max_bytes,
                 max_entries as usize,
             )))
@@ -56,7 +56,7 @@ impl AnyLocal {
     }
 
     /// The in-memory tier (the hot entries in front of IndexedDB, or the whole cache).
-    pub fn memory(&self) -> &ByteLru {
+    pub fn memory(&self) -> &MemLocal {
         match self {
             AnyLocal::Idb(_, m) | AnyLocal::Memory(m) => m,
         }

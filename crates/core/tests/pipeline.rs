@@ -39,7 +39,7 @@ impl Rig {
         let clock = FakeClock::at(T0);
         Rig {
             server: MemServer::new(clock.clone(), 30_000, 3),
-            local: MemLocal::new(100),
+            local: MemLocal::new(usize::MAX, 100),
             engine: FakeEmbedder::new(Some(MODEL), clock.clone()),
             backend: FakeEmbedder::new(Some(MODEL), clock.clone()),
             clock,
@@ -102,7 +102,7 @@ fn miss_embeds_with_the_engine_then_local_and_remote_hits() {
     assert_eq!(again.vector, r.vector);
 
     // Another worker with an empty local cache gets it from the remote cache and fills its own.
-    let other_local = MemLocal::new(10);
+    let other_local = MemLocal::new(usize::MAX, 10);
     let q = rig.pipeline_with_local(Config::default(), other_local.clone());
     let remote = rig.clock.run(q.resolve("hello world", None, "")).unwrap();
     assert_eq!(remote.source, ResultSource::Remote);
@@ -546,8 +546,8 @@ fn jobs_failing_together_are_nacked_in_one_batch_request() {
 fn two_workers_on_one_key_embed_once() {
     let rig = Rig::new();
     rig.engine.latency_ms.set(50);
-    let a = rig.pipeline_with_local(Config::default(), MemLocal::new(10));
-    let b = rig.pipeline_with_local(Config::default(), MemLocal::new(10));
+    let a = rig.pipeline_with_local(Config::default(), MemLocal::new(usize::MAX, 10));
+    let b = rig.pipeline_with_local(Config::default(), MemLocal::new(usize::MAX, 10));
     let (ra, rb) = rig.clock.run(join(
         a.resolve("same text", None, ""),
         b.resolve("same text", None, ""),
@@ -634,7 +634,7 @@ fn a_lock_won_after_waiting_rechecks_the_cache_before_embedding() {
 #[test]
 fn local_ttl_expiry_and_size_bound() {
     let rig = Rig::new();
-    let local = MemLocal::new(3);
+    let local = MemLocal::new(usize::MAX, 3);
     let p = rig.pipeline_with_local(
         Config {
             local_ttl_ms: 1_000,

@@ -122,7 +122,7 @@ pub async fn build(settings: &Settings, worker: &str) -> Result<(Pipeline<Wasi>,
     let p = Pipeline::new(
         Adapters {
             source: client.clone(),
-            local: MemLocal::new(settings.local_entries),
+            local: MemLocal::new(settings.local_bytes, settings.local_entries),
             remote: client.clone(),
             locks: client.clone(),
             engine,

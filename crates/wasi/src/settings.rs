@@ -11,6 +11,7 @@
 //! | `TERNFLOW_MODEL_SHA256` | the model's expected SHA-256 (hex), checked when set |
 //! | `TERNFLOW_CONFIG` | the pipeline's settings as JSON (`ternflow_core::Config`, camelCase keys) |
 //! | `TERNFLOW_LOCAL_ENTRIES` | bound of the in-memory local cache (default 10 000 vectors) |
+//! | `TERNFLOW_LOCAL_BYTES` | its bound in bytes (default 32 MiB: key + vector + 96 per entry) |
 //! | `TERNFLOW_REQUEST_TIMEOUT_MS` | limit of one request, ms (a claim adds its long-poll wait) |
 //!
 //! Worker flags: `--run-ms N` (stop after N ms), `--drain-ms N` (how long in-flight jobs may
@@ -44,6 +45,8 @@ pub struct Settings {
     pub config: Config,
     /// Bound of the in-memory local cache, vectors.
     pub local_entries: usize,
+    /// Bound of the in-memory local cache, bytes (`TERNFLOW_LOCAL_BYTES`).
+    pub local_bytes: usize,
     /// Limit of one request, ms.
     pub request_timeout_ms: u64,
     /// When the long-running worker stops.
@@ -119,6 +122,11 @@ impl Settings {
             model_sha256: get("TERNFLOW_MODEL_SHA256").map(|s| s.trim().to_ascii_lowercase()),
             local_entries: number("TERNFLOW_LOCAL_ENTRIES", DEFAULT_LOCAL_ENTRIES as u64)?.max(1)
                 as usize,
+            local_bytes: usize::try_from(number(
+                "TERNFLOW_LOCAL_BYTES",
+                ternflow_core::mem_local::DEFAULT_MAX_BYTES as u64,
+            )?)
+            .unwrap_or(usize::MAX),
             request_timeout_ms: number("TERNFLOW_REQUEST_TIMEOUT_MS", DEFAULT_REQUEST_TIMEOUT_MS)?,
             run: parse_flags(args)?,
             server,
@@ -243,5 +251,6 @@ mod tests {
         assert!(Settings::parse(env(&[]), &args(&["--run-ms"])).is_err());
         assert!(Settings::parse(env(&[]), &args(&["--bogus"])).is_err());
         assert!(Settings::parse(env(&[("TERNFLOW_LOCAL_ENTRIES", "x")]), &[]).is_err());
+        assert!(Settings::parse(env(&[("TERNFLOW_LOCAL_BYTES", "1e6")]), &[]).is_err());
     }
 }
