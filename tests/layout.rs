@@ -107,3 +107,42 @@ fn the_check_finds_an_unnamed_module() {
         .collect();
     assert_eq!(missing, ["c"]);
 }
+
+/// Whether `.gitignore` (top-level patterns: `/name/`, `name/`, `/prefix-*/`) ignores folder `name`.
+fn ignored(gitignore: &str, name: &str) -> bool {
+    gitignore.lines().any(|p| {
+        let p = p.trim().trim_start_matches('/').trim_end_matches('/');
+        match p.strip_suffix('*') {
+            Some(prefix) => !prefix.is_empty() && name.starts_with(prefix),
+            None => p == name,
+        }
+    })
+}
+
+#[test]
+fn the_readme_layout_lists_every_top_level_folder() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let layout = &readme[readme
+        .find("\n## Layout")
+        .expect("a ## Layout section in README.md")..];
+    let layout = &layout[..layout[1..].find("\n## ").map_or(layout.len(), |i| i + 1)];
+    let gitignore = std::fs::read_to_string(root.join(".gitignore")).unwrap();
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(root).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !entry.path().is_dir() || name == ".git" || ignored(&gitignore, &name) {
+            continue;
+        }
+        if !layout.contains(&format!("`{name}/`")) {
+            missing.push(name);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "top-level folders missing from README.md's Layout table: {missing:?}"
+    );
+    assert!(ignored("/target/\n/pkg-*/\nnode_modules/\n", "pkg-test"));
+    assert!(!ignored("/target/\n/pkg-*/\n", "src"));
+}
