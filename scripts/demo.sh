@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-scripts/setup.sh
+scripts/setup.sh demo   # only what the demo uses (no Wasmtime, no fixtures)
 
 MODEL=models/ternlight-int4.bin
 CORPUS=www/demo/corpus.txt

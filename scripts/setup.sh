@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
 # Installs exactly what ternflow needs to build and test, skipping what is already there.
 # Idempotent: a second run on a ready machine takes a few seconds. Downloads only from crates.io,
-# rustup, Debian apt and the npm registry; nothing else (wasm-pack runs with --mode no-install).
+# rustup, Debian apt, PyPI and the npm registry; nothing else (wasm-pack runs with
+# --mode no-install).
+#   scripts/setup.sh          everything the test command needs
+#   scripts/setup.sh demo     only what scripts/demo.sh needs (no Wasmtime, no bundler and runtime
+#                             fixtures, no promtool, no Schemathesis)
+# The slow installs run side by side: the cargo installs (wasm-pack + wasm-bindgen-cli, and
+# Wasmtime) and the downloads (npm, PyPI), each logged, waited for together.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+MODE=${1:-all}
+case "$MODE" in all | demo) ;; *) echo "usage: scripts/setup.sh [demo]" >&2; exit 2 ;; esac
 
 WASM_PACK_VERSION=0.15.1
 # The WASI components' runtime (crates/wasi). 48.0.8 is the newest Wasmtime whose rust-version
 # (1.95) this toolchain meets; 49 and 50 need 1.96 / 1.97.
 WASMTIME_VERSION=48.0.8
+# The contract test's HTTP fuzzer (scripts/contract.sh).
+SCHEMATHESIS_VERSION=4.32.5
 say() { printf '[setup] %s\n' "$*"; }
 
 # wasm-bindgen-cli must match the `=` pin exactly, or wasm-pack would try to download one.
@@ -25,14 +35,15 @@ for comp in rustfmt clippy; do
 done
 
 # 1b. The WASI target, for crates/wasi's components.
-if ! rustup target list --installed | grep -qx wasm32-wasip2; then
+if [ "$MODE" = all ] && ! rustup target list --installed | grep -qx wasm32-wasip2; then
   say "adding rust target wasm32-wasip2"
   rustup target add wasm32-wasip2
 fi
 
 # 2. Debian packages: the browser and its driver for wasm-pack test, Redis for the server tests,
 #    promtool (in `prometheus`) for the /metrics lint test (crates/cli/tests/promtool.rs).
-APT_PKGS=(chromium chromium-driver redis-server curl prometheus)
+APT_PKGS=(chromium chromium-driver redis-server curl)
+[ "$MODE" = all ] && APT_PKGS+=(prometheus)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -44,35 +55,80 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# 3. wasm-pack, at a fixed version.
-if [ "$(wasm-pack --version 2>/dev/null || true)" != "wasm-pack $WASM_PACK_VERSION" ]; then
-  say "cargo install wasm-pack $WASM_PACK_VERSION"
-  cargo install wasm-pack --version "$WASM_PACK_VERSION" --locked --quiet
-fi
+LOGS=$(mktemp -d)
+trap 'rm -rf "$LOGS"' EXIT
+JOBS=()
+# job NAME CMD...: runs CMD in the background, its output in $LOGS/NAME.log.
+job() {
+  local name=$1; shift
+  ("$@") >"$LOGS/$name.log" 2>&1 &
+  JOBS+=("$!:$name")
+}
 
-# 4. wasm-bindgen-cli at exactly the pinned wasm-bindgen version. Not --locked: the registry here
-#    lacks one of its locked dependencies.
-if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$WASM_BINDGEN_VERSION" ]; then
-  say "cargo install wasm-bindgen-cli $WASM_BINDGEN_VERSION"
-  cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --force --quiet
-fi
+# 3–4. wasm-pack, at a fixed version; wasm-bindgen-cli at exactly the pinned wasm-bindgen
+#      version (not --locked: the registry here lacks one of its locked dependencies), or
+#      wasm-pack would try to download one.
+wasm_tools() {
+  if [ "$(wasm-pack --version 2>/dev/null || true)" != "wasm-pack $WASM_PACK_VERSION" ]; then
+    say "cargo install wasm-pack $WASM_PACK_VERSION"
+    cargo install wasm-pack --version "$WASM_PACK_VERSION" --locked --quiet
+  fi
+  if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$WASM_BINDGEN_VERSION" ]; then
+    say "cargo install wasm-bindgen-cli $WASM_BINDGEN_VERSION"
+    cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --force --quiet
+  fi
+}
+job wasm-tools wasm_tools
 
 # 4b. Wasmtime, at a fixed version, with only what the components use: `run` and `serve`,
 #     Cranelift, the component model and its async ABI (WASIp3 on the host side). Without the
 #     default features (wasi-nn, wizer, winch, gc, explorer, ...) the build is much shorter.
-if [ "$(wasmtime --version 2>/dev/null | awk '{print $2}')" != "$WASMTIME_VERSION" ]; then
-  say "cargo install wasmtime-cli $WASMTIME_VERSION (run, serve, cranelift, component model)"
-  cargo install wasmtime-cli --version "$WASMTIME_VERSION" --locked --quiet --no-default-features \
-    --features run,serve,cranelift,component-model,component-model-async
-fi
+wasmtime_cli() {
+  if [ "$(wasmtime --version 2>/dev/null | awk '{print $2}')" != "$WASMTIME_VERSION" ]; then
+    say "cargo install wasmtime-cli $WASMTIME_VERSION (run, serve, cranelift, component model)"
+    cargo install wasmtime-cli --version "$WASMTIME_VERSION" --locked --quiet --no-default-features \
+      --features run,serve,cranelift,component-model,component-model-async
+  fi
+}
+[ "$MODE" = all ] && job wasmtime wasmtime_cli
 
-# 5. npm packages for the JS side (benchmarks, end-to-end drivers), from the committed lockfile.
-stamp=node_modules/.ternflow-lock.sha256
-want=$(sha256sum package-lock.json | cut -d' ' -f1)
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  say "npm ci"
-  npm ci --no-audit --no-fund --loglevel=error
-  echo "$want" > "$stamp"
-fi
+# 5. npm packages from the committed lockfiles (the JS side: benchmarks, end-to-end drivers;
+#    and, for the test command, the bundler and runtime fixtures: Vite, webpack, esbuild,
+#    Parcel, Rollup, Next.js, wrangler, Deno, Bun, workerd), and Schemathesis from PyPI in
+#    a virtual environment of its own (.venv-schemathesis).
+npm_ci() {
+  local dir=$1 stamp want
+  stamp=$dir/node_modules/.ternflow-lock.sha256
+  want=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    say "npm ci in $dir"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+    echo "$want" > "$stamp"
+  fi
+}
+downloads() {
+  npm_ci .
+  if [ "$MODE" = all ]; then
+    npm_ci tests/bundlers
+    if [ "$(.venv-schemathesis/bin/st --version 2>/dev/null || true)" != "st, version $SCHEMATHESIS_VERSION" ]; then
+      say "pip install schemathesis $SCHEMATHESIS_VERSION (.venv-schemathesis)"
+      python3 -m venv .venv-schemathesis
+      .venv-schemathesis/bin/pip install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
+    fi
+  fi
+}
+job downloads downloads
 
-say "ready: $(wasm-pack --version), wasm-bindgen $(wasm-bindgen --version | awk '{print $2}'), wasmtime $(wasmtime --version | awk '{print $2}'), $(chromium --version 2>/dev/null | head -n1), $(redis-server --version | awk '{print $3}')"
+failed=0
+for j in "${JOBS[@]}"; do
+  if ! wait "${j%%:*}"; then
+    echo "setup: ${j#*:} failed:" >&2
+    cat "$LOGS/${j#*:}.log" >&2
+    failed=1
+  else
+    cat "$LOGS/${j#*:}.log"
+  fi
+done
+[ "$failed" = 0 ] || exit 1
+
+say "ready ($MODE): $(wasm-pack --version), wasm-bindgen $(wasm-bindgen --version | awk '{print $2}'), wasmtime $(wasmtime --version 2>/dev/null | awk '{print $2}'), $(chromium --version 2>/dev/null | head -n1), $(redis-server --version | awk '{print $3}')"

@@ -5,7 +5,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
+T0=$SECONDS
 scripts/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
+echo "setup took $((SECONDS - T0)) s"
 
 export CARGO_TERM_COLOR=never
 export WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-180}
@@ -31,6 +33,7 @@ run() {
   local name=$1; shift
   local log="$LOGDIR/$name.log"
   printf '\n==> %s: %s\n' "$name" "$*"
+  local t0=$SECONDS
   "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   local p f
@@ -47,7 +50,7 @@ run() {
   fi
   passed=$((passed + p)); failed=$((failed + f))
   [ "$rc" -eq 0 ] || failed_steps+=("$name")
-  printf '<== %s: exit %s, %s passed, %s failed (disk free: %s)\n' "$name" "$rc" "$p" "$f" "$(disk_free)"
+  printf '<== %s: exit %s, %s passed, %s failed, %s s (disk free: %s)\n' "$name" "$rc" "$p" "$f" "$((SECONDS - t0))" "$(disk_free)"
 }
 
 run fmt cargo fmt --all --check
@@ -124,5 +127,6 @@ run chaos-short chaos_short
 
 echo
 [ ${#failed_steps[@]} -eq 0 ] || echo "failed steps: ${failed_steps[*]}"
+echo "test command: $((SECONDS - T0)) s in all (setup included)"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

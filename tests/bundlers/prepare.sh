@@ -4,7 +4,7 @@
 # that tarball, unchanged, where every fixture resolves `ternflow`.
 set -euo pipefail
 cd "$(dirname "$0")"
-stamp=node_modules/.fixtures-lock.sha256
+stamp=node_modules/.ternflow-lock.sha256  # the same stamp as scripts/setup.sh, which installs these too
 want=$(sha256sum package-lock.json | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   npm ci --no-audit --no-fund --loglevel=error
