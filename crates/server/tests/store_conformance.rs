@@ -6,39 +6,45 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use ternflow_core::protocol::{JobResult, JobState, ResultSource, Vector};
 use ternflow_server::store::{
-    conformance, CacheStore, Fenced, JobRecord, LockOutcome, LockStore, PutOutcome, QueueStore,
+    CacheStore, Fenced, JobRecord, LockOutcome, LockStore, PutOutcome, QueueStore,
 };
 use ternflow_server::{MemoryStore, RedisStore, SqliteStore, Synchronous};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn memory_conforms() {
-    conformance::run_all(|| async { MemoryStore::new() }).await;
+// One test per conformance case per store (`cargo test --test store_conformance sqlite::locks`).
+
+async fn fresh_memory() -> (MemoryStore, ()) {
+    (MemoryStore::new(), ())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sqlite_conforms() {
+async fn fresh_sqlite() -> (SqliteStore, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let n = AtomicU32::new(0);
-    conformance::run_all(|| {
-        let sub = dir
-            .path()
-            .join(n.fetch_add(1, Ordering::SeqCst).to_string());
-        async move { SqliteStore::open(&sub, Synchronous::Full).unwrap() }
-    })
-    .await;
+    (
+        SqliteStore::open(dir.path(), Synchronous::Full).unwrap(),
+        dir,
+    )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn redis_conforms() {
+/// A Redis server of its own per case (cases run in parallel; each server dies with its guard).
+async fn fresh_redis() -> (RedisStore, common::RedisServer) {
+    static N: AtomicU32 = AtomicU32::new(0);
     let redis = common::RedisServer::start();
-    let url = redis.url();
-    let n = AtomicU32::new(0);
-    conformance::run_all(|| {
-        let prefix = format!("c{}", n.fetch_add(1, Ordering::SeqCst));
-        let url = url.clone();
-        async move { RedisStore::connect(&url, &prefix).await.unwrap() }
-    })
-    .await;
+    let prefix = format!("c{}", N.fetch_add(1, Ordering::SeqCst));
+    (
+        RedisStore::connect(&redis.url(), &prefix).await.unwrap(),
+        redis,
+    )
+}
+
+mod memory {
+    ternflow_server::store_conformance_tests!(super::fresh_memory);
+}
+
+mod sqlite {
+    ternflow_server::store_conformance_tests!(super::fresh_sqlite);
+}
+
+mod redis {
+    ternflow_server::store_conformance_tests!(super::fresh_redis);
 }
 
 fn job(id: &str) -> JobRecord {

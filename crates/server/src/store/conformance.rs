@@ -1,9 +1,10 @@
-//! The conformance suite every [`Store`] must pass. The store tests call [`run_all`] with a
-//! constructor for a fresh, empty store; each check starts from a fresh store.
+//! The conformance suite every [`Store`] must pass: one public `async fn` per case, each taking a
+//! fresh, empty store, and [`store_conformance_tests!`](crate::store_conformance_tests) to turn
+//! them into one test per case for a store (`crates/server/tests/store_conformance.rs` does,
+//! for the memory, SQLite and Redis stores). Compiled for tests and with the `testing` feature.
 //!
-//! Panics (via `assert!`) on the first violation, naming it.
+//! A case panics (via `assert!`) on its first violation, naming it.
 
-use std::future::Future;
 use std::time::Duration;
 
 use ternflow_core::protocol::{
@@ -57,39 +58,59 @@ fn entry(fence: u64, expires_at: u64) -> CacheEntry {
     }
 }
 
-/// Runs every check, each on a fresh store from `make`.
-pub async fn run_all<S, F, Fut>(make: F)
-where
-    S: Store,
-    F: Fn() -> Fut,
-    Fut: Future<Output = S>,
-{
-    enqueue_dedups(make().await).await;
-    claim_orders_by_priority_then_fifo(make().await).await;
-    delayed_jobs_wait(make().await).await;
-    heartbeat_and_ack(make().await).await;
-    expired_lease_is_redelivered(make().await).await;
-    nack_backoff_dead_letter_redrive(make().await).await;
-    release_hands_back(make().await).await;
-    cache_fences_and_ttl(make().await).await;
-    cache_put_needs_a_lock_fence(make().await).await;
-    sweep_removes_expired_entries_and_locks(make().await).await;
-    cache_bytes_counts_live_entries(make().await).await;
-    history_is_capped(make().await).await;
-    ack_many_answers_each(make().await).await;
-    heartbeat_many_answers_each(make().await).await;
-    scan_done_reads_every_finished_job(make().await).await;
-    locks(make().await).await;
-    events_are_numbered_in_order(make().await).await;
-    concurrent_events_arrive_in_id_order(std::sync::Arc::new(make().await)).await;
-    ack_refuses_a_result_of_another_model(make().await).await;
-    standing_counts_and_quarantines(make().await).await;
-    provenance_index_and_undo(make().await).await;
-    cache_entries_keep_their_writer(make().await).await;
-    proposals_per_job_and_identity(make().await).await;
+/// One `#[tokio::test]` per conformance case, each on a fresh store from `$fresh`: an `async fn`
+/// (path) returning `(store, guard)`, the guard kept alive for the test (a temporary directory,
+/// a Redis server). Use it inside a module per store:
+///
+/// ```ignore
+/// mod sqlite {
+///     ternflow_server::store_conformance_tests!(super::fresh_sqlite);
+/// }
+/// ```
+///
+/// A failing case fails alone, and any case runs alone (`cargo test sqlite::locks`).
+#[macro_export]
+macro_rules! store_conformance_tests {
+    ($fresh:path) => {
+        $crate::store_conformance_tests!(@cases $fresh;
+            enqueue_dedups,
+            claim_orders_by_priority_then_fifo,
+            delayed_jobs_wait,
+            heartbeat_and_ack,
+            expired_lease_is_redelivered,
+            nack_backoff_dead_letter_redrive,
+            release_hands_back,
+            cache_fences_and_ttl,
+            cache_put_needs_a_lock_fence,
+            sweep_removes_expired_entries_and_locks,
+            cache_bytes_counts_live_entries,
+            history_is_capped,
+            ack_many_answers_each,
+            heartbeat_many_answers_each,
+            scan_done_reads_every_finished_job,
+            locks,
+            events_are_numbered_in_order,
+            concurrent_events_arrive_in_id_order,
+            ack_refuses_a_result_of_another_model,
+            standing_counts_and_quarantines,
+            provenance_index_and_undo,
+            cache_entries_keep_their_writer,
+            proposals_per_job_and_identity,
+        );
+    };
+    (@cases $fresh:path; $($case:ident,)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let (store, _guard) = $fresh().await;
+                $crate::store::conformance::$case(store).await;
+            }
+        )*
+    };
 }
 
-async fn proposals_per_job_and_identity<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn proposals_per_job_and_identity<S: Store>(s: S) {
     let p = s.propose("j1", "a", "d1").await.unwrap();
     assert_eq!(p, vec![("a".to_owned(), "d1".to_owned())]);
     s.propose("j2", "a", "other job").await.unwrap();
@@ -118,7 +139,8 @@ fn by(sub: &str) -> ternflow_core::protocol::Provenance {
     }
 }
 
-async fn ack_refuses_a_result_of_another_model<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn ack_refuses_a_result_of_another_model<S: Store>(s: S) {
     s.enqueue(vec![job("a", 0, T0), job("b", 0, T0)], T0)
         .await
         .unwrap();
@@ -175,7 +197,8 @@ async fn ack_refuses_a_result_of_another_model<S: Store>(s: S) {
     );
 }
 
-async fn standing_counts_and_quarantines<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn standing_counts_and_quarantines<S: Store>(s: S) {
     assert_eq!(s.standing("v1").await.unwrap(), Default::default());
     assert_eq!(s.add_verified("v1", 3).await.unwrap(), 3);
     assert_eq!(s.add_verified("v1", 2).await.unwrap(), 5);
@@ -206,7 +229,8 @@ async fn standing_counts_and_quarantines<S: Store>(s: S) {
     assert!(s.quarantined(10).await.unwrap().is_empty());
 }
 
-async fn provenance_index_and_undo<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn provenance_index_and_undo<S: Store>(s: S) {
     s.enqueue(vec![job("a", 0, T0), job("b", 0, T0)], T0)
         .await
         .unwrap();
@@ -278,7 +302,8 @@ async fn provenance_index_and_undo<S: Store>(s: S) {
     ));
 }
 
-async fn cache_entries_keep_their_writer<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn cache_entries_keep_their_writer<S: Store>(s: S) {
     let e = CacheEntry {
         by: Some(by("v9")),
         ..entry(3, T0 + 10_000)
@@ -298,7 +323,8 @@ async fn cache_entries_keep_their_writer<S: Store>(s: S) {
     assert_eq!(s.cache_get("m:k", T0 + 3).await.unwrap().unwrap().by, None);
 }
 
-async fn scan_done_reads_every_finished_job<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn scan_done_reads_every_finished_job<S: Store>(s: S) {
     let jobs: Vec<JobRecord> = (0..25).map(|i| job(&format!("s{i:02}"), 0, T0)).collect();
     s.enqueue(jobs, T0).await.unwrap();
     let claimed = s.claim("w", 25, 10_000, 5, T0).await.unwrap().jobs;
@@ -341,7 +367,8 @@ async fn scan_done_reads_every_finished_job<S: Store>(s: S) {
     assert!(pages > 1, "more than one page of 4");
 }
 
-async fn enqueue_dedups<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn enqueue_dedups<S: Store>(s: S) {
     let out = s
         .enqueue(vec![job("a", 0, T0), job("b", 0, T0), job("a", 0, T0)], T0)
         .await
@@ -366,7 +393,8 @@ async fn enqueue_dedups<S: Store>(s: S) {
     assert_eq!((d.ready, d.leased), (1, 0));
 }
 
-async fn claim_orders_by_priority_then_fifo<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn claim_orders_by_priority_then_fifo<S: Store>(s: S) {
     s.enqueue(
         vec![
             job("low", -1, T0),
@@ -400,7 +428,8 @@ async fn claim_orders_by_priority_then_fifo<S: Store>(s: S) {
     assert!(s.status("nope").await.unwrap().is_none());
 }
 
-async fn delayed_jobs_wait<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn delayed_jobs_wait<S: Store>(s: S) {
     s.enqueue(vec![job("later", 0, T0 + 500)], T0)
         .await
         .unwrap();
@@ -427,7 +456,8 @@ async fn delayed_jobs_wait<S: Store>(s: S) {
     assert_eq!(c.jobs.len(), 1, "delayed job delivered when due");
 }
 
-async fn heartbeat_and_ack<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn heartbeat_and_ack<S: Store>(s: S) {
     s.enqueue(vec![job("j", 0, T0)], T0).await.unwrap();
     let c = s.claim("w", 1, 1_000, 5, T0).await.unwrap();
     let lease = c.jobs[0].lease.clone();
@@ -480,7 +510,8 @@ async fn heartbeat_and_ack<S: Store>(s: S) {
     assert_eq!(s.depth(T0).await.unwrap().leased, 0);
 }
 
-async fn heartbeat_many_answers_each<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn heartbeat_many_answers_each<S: Store>(s: S) {
     s.enqueue(vec![job("a", 0, T0), job("b", 0, T0), job("c", 0, T0)], T0)
         .await
         .unwrap();
@@ -533,7 +564,8 @@ async fn heartbeat_many_answers_each<S: Store>(s: S) {
         .is_empty());
 }
 
-async fn expired_lease_is_redelivered<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn expired_lease_is_redelivered<S: Store>(s: S) {
     s.enqueue(vec![job("j", 0, T0)], T0).await.unwrap();
     let first = s.claim("w1", 1, 1_000, 5, T0).await.unwrap().jobs.remove(0);
     assert!(s
@@ -571,7 +603,8 @@ async fn expired_lease_is_redelivered<S: Store>(s: S) {
     assert_eq!(dlq[0].history[1].worker, "w2");
 }
 
-async fn nack_backoff_dead_letter_redrive<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn nack_backoff_dead_letter_redrive<S: Store>(s: S) {
     s.enqueue(vec![job("j", 0, T0), job("fatal", 0, T0)], T0)
         .await
         .unwrap();
@@ -653,7 +686,8 @@ async fn nack_backoff_dead_letter_redrive<S: Store>(s: S) {
     assert_eq!(s.depth(now).await.unwrap().dead, 1);
 }
 
-async fn release_hands_back<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn release_hands_back<S: Store>(s: S) {
     s.enqueue(vec![job("j", 0, T0)], T0).await.unwrap();
     let c = s.claim("w", 1, 1_000, 5, T0).await.unwrap();
     assert!(!s.release("j", "wrong", T0).await.unwrap());
@@ -665,7 +699,8 @@ async fn release_hands_back<S: Store>(s: S) {
     );
 }
 
-async fn cache_fences_and_ttl<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn cache_fences_and_ttl<S: Store>(s: S) {
     assert!(s.cache_get("k", T0).await.unwrap().is_none());
     assert_eq!(
         s.cache_put("k", entry(5, T0 + 1_000), Fenced::ByLease, T0)
@@ -719,7 +754,8 @@ async fn cache_fences_and_ttl<S: Store>(s: S) {
     assert!(s.cache_get("k", T0).await.unwrap().is_none());
 }
 
-async fn cache_put_needs_a_lock_fence<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn cache_put_needs_a_lock_fence<S: Store>(s: S) {
     let put = |fence, at| s.cache_put("m:k", entry(fence, T0 + 10_000), Fenced::ByLock, at);
     assert_eq!(
         put(u64::MAX, T0).await.unwrap(),
@@ -771,7 +807,8 @@ async fn cache_put_needs_a_lock_fence<S: Store>(s: S) {
     );
 }
 
-async fn cache_bytes_counts_live_entries<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn cache_bytes_counts_live_entries<S: Store>(s: S) {
     let one = crate::quota::entry_bytes("a", 3);
     assert_eq!(s.cache_bytes(T0).await.unwrap(), 0, "an empty cache");
     s.cache_put("a", entry(1, T0 + 100), Fenced::ByLease, T0)
@@ -803,7 +840,8 @@ async fn cache_bytes_counts_live_entries<S: Store>(s: S) {
     assert_eq!(s.cache_bytes(T0 + 1_000).await.unwrap(), 0, "deleted");
 }
 
-async fn sweep_removes_expired_entries_and_locks<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn sweep_removes_expired_entries_and_locks<S: Store>(s: S) {
     s.cache_put("a", entry(1, T0 + 100), Fenced::ByLease, T0)
         .await
         .unwrap();
@@ -837,7 +875,8 @@ async fn sweep_removes_expired_entries_and_locks<S: Store>(s: S) {
     );
 }
 
-async fn history_is_capped<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn history_is_capped<S: Store>(s: S) {
     s.enqueue(vec![job("h", 0, T0)], T0).await.unwrap();
     let long = JobError {
         code: "boom".to_owned(),
@@ -877,7 +916,8 @@ async fn history_is_capped<S: Store>(s: S) {
     );
 }
 
-async fn ack_many_answers_each<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn ack_many_answers_each<S: Store>(s: S) {
     s.enqueue(vec![job("a", 0, T0), job("b", 0, T0)], T0)
         .await
         .unwrap();
@@ -920,7 +960,8 @@ async fn ack_many_answers_each<S: Store>(s: S) {
     ));
 }
 
-async fn locks<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn locks<S: Store>(s: S) {
     let LockOutcome::Granted(g1) = s.lock_acquire("k", 1_000, T0).await.unwrap() else {
         panic!("first acquire must succeed");
     };
@@ -972,7 +1013,8 @@ async fn locks<S: Store>(s: S) {
     );
 }
 
-async fn events_are_numbered_in_order<S: Store>(s: S) {
+/// A conformance case (see the [module docs](self)).
+pub async fn events_are_numbered_in_order<S: Store>(s: S) {
     let mut rx = s.subscribe();
     let a = ServerEvent::Jobs(ternflow_core::protocol::JobsEvent { depth: 1 });
     let b = ServerEvent::Invalidate(ternflow_core::protocol::InvalidateEvent {
@@ -994,7 +1036,9 @@ async fn recv(
         .expect("channel open")
 }
 
-async fn concurrent_events_arrive_in_id_order<S: Store>(s: std::sync::Arc<S>) {
+/// A conformance case (see the [module docs](self)).
+pub async fn concurrent_events_arrive_in_id_order<S: Store>(s: S) {
+    let s = std::sync::Arc::new(s);
     let mut rx = s.subscribe();
     let mut tasks = Vec::new();
     for t in 0..4u64 {

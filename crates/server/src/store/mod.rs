@@ -25,6 +25,7 @@ use tokio::sync::broadcast;
 
 use crate::error::Result;
 
+#[cfg(any(test, feature = "testing"))]
 pub mod conformance;
 pub mod local_events;
 pub mod memory;
