@@ -18,13 +18,7 @@ pub const HASH_HEX_LEN: usize = 32;
 pub const MAX_KEY_LEN: usize = 200;
 
 fn hex_prefix(digest: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(HASH_HEX_LEN);
-    for b in digest.iter().take(HASH_HEX_LEN / 2) {
-        s.push(HEX[(b >> 4) as usize] as char);
-        s.push(HEX[(b & 15) as usize] as char);
-    }
-    s
+    hex::encode(&digest[..HASH_HEX_LEN / 2])
 }
 
 /// Hex of the text's SHA-256, truncated to [`HASH_HEX_LEN`] digits.

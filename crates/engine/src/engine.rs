@@ -4,7 +4,7 @@ use crate::error::{Error, Result};
 use crate::format::Config;
 use crate::forward::{forward, Scratch};
 use crate::kernels::Kernel;
-use crate::loader::{hex, load, load_owned};
+use crate::loader::{load, load_owned};
 use crate::model::Weights;
 use crate::tokenizer::Tokenizer;
 
@@ -73,7 +73,7 @@ impl Engine {
         let scratch = Scratch::new(&weights);
         let max_ids = usize::from(weights.config.max_seq_len);
         Ok(Self {
-            model_id: hex(&weights.sha256[..8]),
+            model_id: hex::encode(&weights.sha256[..8]),
             scratch,
             tokenizer,
             kernel: Kernel::best(),

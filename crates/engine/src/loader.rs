@@ -9,11 +9,6 @@ use crate::error::{Error, Result};
 use crate::format::{Config, EmbeddingFormat, HEADER_LEN, TRAILER_LEN};
 use crate::model::{padded, BitMatrix, Embeddings, Layer, Weights};
 
-/// Lowercase hex of `bytes`.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// The sections of a file with this configuration, in order, with their sizes in bytes.
 /// `None` when the total does not fit in `usize` (possible on 32-bit targets with absurd headers);
 /// sizes are computed in `u64`, so no intermediate product overflows.
@@ -258,8 +253,8 @@ fn parse(bytes: &[u8]) -> Result<Weights> {
     let digest = hasher.finalize();
     if digest.as_slice() != trailer {
         return Err(Error::ChecksumMismatch {
-            expected: hex(trailer),
-            actual: hex(&digest),
+            expected: hex::encode(trailer),
+            actual: hex::encode(digest),
         });
     }
 

@@ -101,6 +101,11 @@ impl Error {
         }
     }
 
+    /// The 404 for a job id the store does not know.
+    pub fn no_job(id: &str) -> Self {
+        Error::NotFound(format!("no job {id}"))
+    }
+
     /// A 413 with `code`.
     pub fn too_large(code: ErrorCode, message: impl Into<String>) -> Self {
         Error::TooLarge {

@@ -132,7 +132,7 @@ pub fn static_writer_id(digest: &[u8; 32]) -> String {
 }
 
 fn hex8(d: &[u8; 32]) -> String {
-    d[..8].iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(&d[..8])
 }
 
 /// Whether `s` is 1–`max` characters of `[A-Za-z0-9._:@-]`: no space, no control character,

@@ -385,10 +385,7 @@ mod tests {
     const ED_PUBLIC_HEX: &str = "373600f65cd6ffa3cf184ae91e40ee3368c6d9fc3ae78afff48fa73eb60748fc";
 
     fn unhex(h: &str) -> Vec<u8> {
-        (0..h.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
-            .collect()
+        hex::decode(h).unwrap()
     }
 
     #[test]

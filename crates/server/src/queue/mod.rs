@@ -60,7 +60,7 @@ pub(crate) async fn publish_finished(state: &Ctx, done: Vec<String>, dead: Vec<S
 /// when it does not.
 pub(crate) async fn lost_or_missing(state: &Ctx, id: &str) -> Error {
     match state.store.status(id).await {
-        Ok(None) => Error::NotFound(format!("no job {id}")),
+        Ok(None) => Error::no_job(id),
         Ok(Some(_)) => lease_lost(state),
         Err(e) => e,
     }

@@ -32,5 +32,5 @@ pub(crate) async fn redrive(state: Ctx, Path(id): Path<String>) -> Result<Json<J
         .status(&id)
         .await?
         .map(Json)
-        .ok_or_else(|| Error::NotFound(format!("no job {id}")))
+        .ok_or_else(|| Error::no_job(&id))
 }

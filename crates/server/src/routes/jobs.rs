@@ -350,7 +350,7 @@ pub(crate) async fn ack(
             first: false,
         })),
         AckItemOutcome::LeaseLost => Err(lease_lost(&state)),
-        AckItemOutcome::Missing => Err(Error::NotFound(format!("no job {}", r.id))),
+        AckItemOutcome::Missing => Err(Error::no_job(&r.id)),
         AckItemOutcome::Refused => {
             let e = r.error.unwrap_or(ErrorDetail {
                 code: ErrorCode::BadResult.as_str().to_owned(),
@@ -413,7 +413,7 @@ pub(crate) async fn nack(
             Ok(Json(NackResponse::Dead))
         }
         NackItemOutcome::LeaseLost => Err(lease_lost(&state)),
-        NackItemOutcome::Missing => Err(Error::NotFound(format!("no job {id}"))),
+        NackItemOutcome::Missing => Err(Error::no_job(&id)),
     }
 }
 
@@ -557,5 +557,5 @@ pub(crate) async fn status(
         .status(&id)
         .await?
         .map(|s| Json(shown_to(&caller, s)))
-        .ok_or_else(|| Error::NotFound(format!("no job {id}")))
+        .ok_or_else(|| Error::no_job(&id))
 }
