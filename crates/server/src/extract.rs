@@ -1,5 +1,6 @@
 //! Extractors whose rejections are the protocol's JSON error body, never axum's plain text:
-//! [`Json`] (400 `bad_json`, 413 `too_large`, 400 `bad_content_type`), [`Path`] (400
+//! [`Json`] (400 `bad_json`, 413 `too_large`, 400 `bad_content_type`, 408 `body_timeout`),
+//! [`OptionalJson`] (the same, where an empty body means the defaults), [`Path`] (400
 //! `bad_path`) and [`Query`] (400 `bad_query`).
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
@@ -53,6 +54,68 @@ fn map_rejection(rej: JsonRejection) -> Error {
         JsonRejection::JsonSyntaxError(e) => Error::bad_request(ErrorCode::BadJson, e.body_text()),
         JsonRejection::JsonDataError(e) => Error::bad_request(ErrorCode::BadJson, e.body_text()),
         other => Error::bad_request(ErrorCode::BadJson, other.body_text()),
+    }
+}
+
+/// An optional JSON body: empty (or only whitespace) means `T::default()`, with or without a
+/// `Content-Type`; anything else is taken as [`Json`] takes a body (`application/json`, read
+/// within `body_timeout_ms`, the same rejections).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OptionalJson<T>(pub T);
+
+/// Whether `Content-Type` says JSON (`application/json` or `application/…+json`, any
+/// parameters), as axum's `Json` decides.
+fn is_json(req: &Request) -> bool {
+    req.headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .is_some_and(|m| {
+            m == "application/json" || (m.starts_with("application/") && m.ends_with("+json"))
+        })
+}
+
+impl<T: serde::de::DeserializeOwned + Default> FromRequest<AppState> for OptionalJson<T> {
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let json = is_json(&req);
+        let limit = Duration::from_millis(state.config.body_timeout_ms);
+        let body = match tokio::time::timeout(limit, axum::body::Bytes::from_request(req, state))
+            .await
+        {
+            Ok(Ok(b)) => b,
+            Ok(Err(rej)) if rej.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                return Err(Error::too_large(
+                    ErrorCode::TooLarge,
+                    "request body is larger than the server's limit",
+                ))
+            }
+            Ok(Err(rej)) => return Err(Error::bad_request(ErrorCode::BadBody, rej.body_text())),
+            Err(_) => {
+                return Err(Error::RequestTimeout(
+                    "the request body did not arrive in time".to_owned(),
+                ))
+            }
+        };
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptionalJson(T::default()));
+        }
+        if !json {
+            return Err(Error::bad_request(
+                ErrorCode::BadContentType,
+                "expected `Content-Type: application/json`",
+            ));
+        }
+        serde_json::from_slice(&body)
+            .map(OptionalJson)
+            .map_err(|e| Error::bad_request(ErrorCode::BadJson, e.to_string()))
     }
 }
 

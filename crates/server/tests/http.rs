@@ -1012,6 +1012,25 @@ async fn every_rejection_is_a_json_error_body() {
             400,
             "bad_content_type",
         ),
+        // The lock's body is optional, but when there is one it is JSON like every other.
+        (
+            "POST",
+            "/v1/locks/ct",
+            Some(WORKER),
+            Some("text/plain"),
+            b"{\"ttl_ms\": 5000}".to_vec(),
+            400,
+            "bad_content_type",
+        ),
+        (
+            "POST",
+            "/v1/locks/ct",
+            Some(WORKER),
+            Some("application/json"),
+            b"{\"ttl_ms\": ".to_vec(),
+            400,
+            "bad_json",
+        ),
         (
             "POST",
             "/v1/jobs",
@@ -1204,10 +1223,18 @@ async fn a_batch_ack_answers_each_job_on_its_own() {
         json!({"key": ternflow_core::keys::cache_key(model, "text 0"), "fence": 0});
     let mut empty = good("b2", &token("b2"));
     empty["result"]["vector"] = json!("");
+    // A vector that does not even decode (a NaN; not base64) is refused on its own too, in its
+    // place in the answer: it does not fail the batch.
+    let mut nan = good("b2", &token("b2"));
+    nan["result"]["vector"] = json!("AADAfw==");
+    let mut garbage = good("b2", &token("b2"));
+    garbage["result"]["vector"] = json!("!!");
     let body = json!({"acks": [
         with_cache,
+        nan,
         good("b1", "not-the-token"),
         empty,
+        garbage,
         good("nope", "t"),
     ]});
     let r = api.post(Some(WORKER), "/v1/jobs/ack", body.clone()).await;
@@ -1222,12 +1249,16 @@ async fn a_batch_ack_answers_each_job_on_its_own() {
         outcomes,
         [
             ("b0", "done"),
+            ("b2", "refused"),
             ("b1", "lease_lost"),
+            ("b2", "refused"),
             ("b2", "refused"),
             ("nope", "missing")
         ]
     );
-    assert_eq!(r.json["results"][2]["error"]["code"], "bad_result");
+    for i in [1, 3, 4] {
+        assert_eq!(r.json["results"][i]["error"]["code"], "bad_result", "{i}");
+    }
     // The lost and refused ones changed nothing; the good one wrote through with its lease.
     let st = |id: &'static str| {
         let app = app.clone();

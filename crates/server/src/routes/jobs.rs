@@ -7,7 +7,7 @@ use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use ternflow_core::keys;
 use ternflow_core::protocol::{
-    AckBatchRequest, AckBatchResponse, AckItem, AckItemOutcome, AckRequest, AckResponse,
+    AckBatchResponse, AckItem, AckItemOutcome, AckItemResult, AckRequest, AckResponse,
     ClaimRequest, ClaimResponse, EnqueueRequest, EnqueueResponse, ErrorDetail,
     HeartbeatBatchRequest, HeartbeatBatchResponse, HeartbeatItem, HeartbeatRequest,
     HeartbeatResponse, JobState, JobStatus, NackBatchRequest, NackBatchResponse, NackItemOutcome,
@@ -361,13 +361,22 @@ pub(crate) async fn ack(
     }
 }
 
+/// [`AckBatchRequest`](ternflow_core::protocol::AckBatchRequest) as it is read: each ack decoded on its own, so one that does not decode
+/// (a vector that is not base64 of `f32`s, a NaN) is refused alone instead of failing the batch.
+#[derive(serde::Deserialize)]
+pub(crate) struct AckBatchWire {
+    acks: Vec<serde_json::Value>,
+    #[serde(default)]
+    worker: Option<String>,
+}
+
 /// `POST /v1/jobs/ack`: many acks in one request and one store step, each answered on its own
 /// (a lost lease or a malformed ack never drops the others). A store failure fails the whole
 /// request (503): the worker sends the same batch again, and acks are idempotent per token.
 pub(crate) async fn ack_batch(
     state: Ctx,
     Extension(caller): Extension<Identity>,
-    Json(req): Json<AckBatchRequest>,
+    Json(req): Json<AckBatchWire>,
 ) -> Result<Json<AckBatchResponse>> {
     if req.acks.is_empty() {
         return Err(Error::bad_request(ErrorCode::EmptyBatch, "no acks"));
@@ -379,7 +388,37 @@ pub(crate) async fn ack_batch(
         ));
     }
     let writer = crate::integrity::Writer::of(&caller, req.worker.as_deref());
-    let results = finish(&state, &writer, req.acks).await?;
+    let mut decoded = Vec::with_capacity(req.acks.len());
+    let mut undecodable = Vec::new();
+    for (i, v) in req.acks.into_iter().enumerate() {
+        match serde_json::from_value::<AckItem>(v.clone()) {
+            Ok(item) => decoded.push(item),
+            Err(e) => undecodable.push((
+                i,
+                AckItemResult {
+                    id: v
+                        .get("id")
+                        .and_then(|x| x.as_str())
+                        .unwrap_or("")
+                        .to_owned(),
+                    outcome: AckItemOutcome::Refused,
+                    error: Some(ErrorDetail {
+                        code: ErrorCode::BadResult.as_str().to_owned(),
+                        message: format!("this ack does not decode: {e}"),
+                    }),
+                },
+            )),
+        }
+    }
+    let mut results = if decoded.is_empty() {
+        Vec::new()
+    } else {
+        finish(&state, &writer, decoded).await?
+    };
+    // Back in request order.
+    for (i, r) in undecodable {
+        results.insert(i.min(results.len()), r);
+    }
     Ok(Json(AckBatchResponse { results }))
 }
 

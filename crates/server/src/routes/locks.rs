@@ -1,40 +1,22 @@
 //! `POST /v1/locks/{key}`, `POST /v1/locks/{key}/renew`, `DELETE /v1/locks/{key}`.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use ternflow_core::protocol::{LockGrant, LockRequest, LockToken};
 
 use crate::error::{Error, Result};
-use crate::extract::{Json, Path};
+use crate::extract::{Json, OptionalJson, Path};
 use crate::queue::valid_id;
 use crate::store::LockOutcome;
 use crate::tenants::Ctx;
 use ternflow_core::ErrorCode;
 
+/// The body is optional: empty means the default TTL.
 pub(crate) async fn acquire(
     state: Ctx,
     Path(key): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    OptionalJson(req): OptionalJson<LockRequest>,
 ) -> Result<Json<LockGrant>> {
     valid_id(&key)?;
-    let body = body.map_err(|e| {
-        if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-            Error::too_large(
-                ErrorCode::TooLarge,
-                "request body is larger than the server's limit",
-            )
-        } else {
-            Error::bad_request(ErrorCode::BadBody, e.body_text())
-        }
-    })?;
-    // The body is optional: empty means the default TTL.
-    let req: LockRequest = if body.iter().all(u8::is_ascii_whitespace) {
-        LockRequest::default()
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| Error::bad_request(ErrorCode::BadJson, e.to_string()))?
-    };
     let ttl = state.config.lock_ttl(req.ttl_ms);
     let now = state.now();
     match state.store.lock_acquire(&key, ttl, now).await? {
