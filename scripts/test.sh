@@ -110,6 +110,9 @@ npm_package() {
 }
 if start_services; then
   run browser wasm-pack --log-level warn test --headless --chrome --mode no-install
+  # The served contract is the server's: Schemathesis (every check, each role, fixed seed)
+  # against a real `ternflow serve` (its own, fresh; scripts/contract.sh says how).
+  run contract scripts/contract.sh "${CARGO_TARGET_DIR:-target}/debug/ternflow" .venv-schemathesis/bin/st
 else
   echo "could not start redis + ternflow serve for the browser tests"
   failed=$((failed + 1)); failed_steps+=("browser-services")

@@ -682,6 +682,26 @@ async fn metrics_stats_and_worker_snapshots() {
     }
 }
 
+#[test]
+fn openapi_error_codes_are_the_closed_set() {
+    let doc: Value = serde_json::from_str(include_str!("../openapi.json")).unwrap();
+    let listed: Vec<&str> = doc["components"]["schemas"]["ErrorBody"]["properties"]["error"]
+        ["properties"]["code"]["enum"]
+        .as_array()
+        .expect("ErrorBody.error.code lists its values")
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    let all: Vec<&str> = ternflow_core::ErrorCode::ALL
+        .iter()
+        .map(|c| c.as_str())
+        .collect();
+    assert_eq!(
+        listed, all,
+        "openapi.json's error codes vs ErrorCode, in order"
+    );
+}
+
 #[tokio::test]
 async fn openapi_lists_exactly_the_routes_served() {
     let (state, _) = state_with(Config {
