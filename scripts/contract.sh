@@ -14,8 +14,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-BIN=${1:-target/debug/ternflow}
-ST=${2:-.venv-schemathesis/bin/st}
+ROOT=$PWD
+BIN=$(realpath -m "${1:-target/debug/ternflow}")
+ST=$(realpath -m "${2:-.venv-schemathesis/bin/st}")
 EXAMPLES=${CONTRACT_EXAMPLES:-30}
 SEED=${CONTRACT_SEED:-1}
 ROLES=${CONTRACT_ROLES:-admin producer worker}
@@ -110,10 +111,11 @@ for role in $ROLES; do
     exit 2
   fi
   echo "==> $role: $ST run $SPEC --checks all --max-examples $EXAMPLES --seed $SEED"
-  "$ST" --config-file "$CONFIG" run "$SPEC" --url "$BASE" --checks all \
+  # Run from the scratch directory: Hypothesis writes its .hypothesis/ folder where it runs.
+  (cd "$WORK" && exec "$ST" --config-file "$ROOT/$CONFIG" run "$ROOT/$SPEC" --url "$BASE" --checks all \
     -H "Authorization: Bearer ${TOKEN[$role]}" --max-examples "$EXAMPLES" --workers 1 \
     --seed "$SEED" --no-color --report json --report-json-path "$WORK/$role.json" \
-    >"$WORK/$role.txt" 2>&1 &
+    >"$WORK/$role.txt" 2>&1) &
   PID[$role]=$!
 done
 
