@@ -11,7 +11,7 @@ use std::rc::Rc;
 
 use futures_channel::oneshot;
 use serde::Serialize;
-use ternflow_core::messages::{Embedding, FromWorker, ServerOptions, Summary, ToWorker};
+use ternflow_core::messages::{Embedding, FromWorker, RunSummary, ServerOptions, ToWorker};
 use ternflow_core::ports::Clock;
 use ternflow_core::{Config, Pipeline};
 use wasm_bindgen::prelude::*;
@@ -72,7 +72,7 @@ pub async fn browser_pipeline_bounded(
 }
 
 struct Running {
-    done: oneshot::Receiver<Summary>,
+    done: oneshot::Receiver<RunSummary>,
     wake: Rc<SseWakeups>,
 }
 
@@ -503,7 +503,7 @@ async fn start(concurrency: Option<u32>) -> Result<(), WorkerError> {
     let (lp, lw) = (p.clone(), wake.clone());
     wasm_bindgen_futures::spawn_local(async move {
         let sum = lp.run_queue(&*lw).await;
-        let _ = tx.send(sum.into());
+        let _ = tx.send(sum);
     });
     let mp = p.clone();
     wasm_bindgen_futures::spawn_local(async move {
@@ -546,11 +546,11 @@ async fn push_metrics(p: &Pipeline<Browser>) {
     let _ = p.adapters.source.push_metrics(&snap).await;
 }
 
-async fn stop(deadline_ms: u64) -> Result<Summary, WorkerError> {
+async fn stop(deadline_ms: u64) -> Result<RunSummary, WorkerError> {
     let p = pipeline()?;
     let running = STATE.with(|s| s.borrow_mut().running.take());
     let Some(running) = running else {
-        return Ok(Summary::default());
+        return Ok(RunSummary::default());
     };
     p.stop.stop(BrowserClock.now_ms() + deadline_ms);
     let summary = running.done.await.unwrap_or_default();

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::{ResultSource, WorkerMetrics};
-use crate::worker::RunSummary;
+pub use crate::worker::RunSummary;
 
 /// Where the worker finds its server.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -135,7 +135,7 @@ pub enum FromWorker {
         /// Request id.
         id: u32,
         /// What the loop did.
-        summary: Summary,
+        summary: RunSummary,
     },
     /// `Stats` reply.
     Stats {
@@ -165,37 +165,6 @@ pub enum FromWorker {
         /// Detail.
         message: String,
     },
-}
-
-/// [`RunSummary`] as sent to the page.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Summary {
-    /// Jobs claimed.
-    pub claimed: u64,
-    /// Jobs acked.
-    pub done: u64,
-    /// Jobs nacked for re-delivery.
-    pub retried: u64,
-    /// Jobs dead-lettered.
-    pub dead: u64,
-    /// Jobs whose lease was lost.
-    pub lost: u64,
-    /// Jobs handed back at the deadline.
-    pub handed_back: u64,
-}
-
-impl From<RunSummary> for Summary {
-    fn from(s: RunSummary) -> Self {
-        Summary {
-            claimed: s.claimed,
-            done: s.done,
-            retried: s.retried,
-            dead: s.dead,
-            lost: s.lost,
-            handed_back: s.handed_back,
-        }
-    }
 }
 
 #[cfg(test)]

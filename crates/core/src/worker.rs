@@ -15,8 +15,9 @@ use crate::ports::{Clock, JobSource, Wakeups};
 use crate::protocol::ClaimedJob;
 use crate::retry::Backoff;
 
-/// Totals of one run of the queue loop.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Totals of one run of the queue loop (as the page gets them: camelCase JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct RunSummary {
     /// Jobs claimed.
     pub claimed: u64,

@@ -9,7 +9,7 @@
 use futures_util::future::{self, Either};
 use futures_util::pin_mut;
 use serde_json::json;
-use ternflow_core::messages::Summary;
+use ternflow_core::messages::RunSummary;
 use ternflow_core::metrics::{gauges, names};
 use ternflow_core::ports::{Clock, Wakeups};
 use ternflow_core::Pipeline;
@@ -42,7 +42,7 @@ impl Wakeups for LongPoll {
 ///
 /// # Errors
 /// A message when there is no server or the pipeline cannot be built (model missing or bad).
-pub async fn run(settings: Settings) -> Result<Summary, String> {
+pub async fn run(settings: Settings) -> Result<RunSummary, String> {
     if settings.server.is_none() {
         return Err("the worker needs TERNFLOW_SERVER (the queue)".into());
     }
@@ -51,8 +51,8 @@ pub async fn run(settings: Settings) -> Result<Summary, String> {
     let queue = p.run_queue(&LongPoll);
     let side = future::join(stop_when(&p, settings.run), push_metrics_while_changing(&p));
     pin_mut!(queue, side);
-    let summary: Summary = match future::select(queue, side).await {
-        Either::Left((sum, _)) => sum.into(),
+    let summary: RunSummary = match future::select(queue, side).await {
+        Either::Left((sum, _)) => sum,
         Either::Right(_) => unreachable!("the stop controller and the metrics loop never end"),
     };
     push_metrics(&p).await;
