@@ -6,8 +6,8 @@
 #   scripts/setup.sh          everything the test command needs
 #   scripts/setup.sh demo     only what scripts/demo.sh needs (no Wasmtime, no bundler and runtime
 #                             fixtures, no promtool, no Schemathesis)
-# The slow installs run side by side: the cargo installs (wasm-pack + wasm-bindgen-cli, and
-# Wasmtime) and the downloads (npm, PyPI), each logged, waited for together.
+# The slow installs run side by side: Debian's packages, the cargo installs (wasm-pack +
+# wasm-bindgen-cli, and Wasmtime) and the downloads (npm, PyPI), each logged, waited for together.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-all}
@@ -40,21 +40,6 @@ if [ "$MODE" = all ] && ! rustup target list --installed | grep -qx wasm32-wasip
   rustup target add wasm32-wasip2
 fi
 
-# 2. Debian packages: the browser and its driver for wasm-pack test, Redis for the server tests,
-#    promtool (in `prometheus`) for the /metrics lint test (crates/cli/tests/promtool.rs).
-APT_PKGS=(chromium chromium-driver redis-server curl)
-[ "$MODE" = all ] && APT_PKGS+=(prometheus)
-missing=()
-for p in "${APT_PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  say "apt-get install ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
-
 LOGS=$(mktemp -d)
 trap 'rm -rf "$LOGS"' EXIT
 JOBS=()
@@ -64,6 +49,24 @@ job() {
   ("$@") >"$LOGS/$name.log" 2>&1 &
   JOBS+=("$!:$name")
 }
+
+# 2. Debian packages: the browser and its driver for wasm-pack test, Redis for the server tests,
+#    promtool (in `prometheus`) for the /metrics lint test (crates/cli/tests/promtool.rs). Nothing
+#    the other installs need, so it runs beside them.
+debian_packages() {
+  local pkgs=(chromium chromium-driver redis-server curl) missing=() p
+  [ "$MODE" = all ] && pkgs+=(prometheus)
+  for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    say "apt-get install ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+job apt debian_packages
 
 # 3–4. wasm-pack, at a fixed version; wasm-bindgen-cli at exactly the pinned wasm-bindgen
 #      version (not --locked: the registry here lacks one of its locked dependencies), or
