@@ -11,26 +11,8 @@ use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::{free_port, ternflow, Server};
+use common::{free_port, mint, Server, SECRET_B64};
 use serde_json::{json, Value};
-
-const SECRET_B64: &str = "a2V5LW9uZS1rZXktb25lLWtleS1vbmUta2V5LW9uZS0="; // 32 bytes
-
-fn mint(role: &str, tenant: &str) -> String {
-    let out = ternflow()
-        .args([
-            "token", "mint", "--kid", "k1", "--role", role, "--tenant", tenant,
-        ])
-        .env("TERNFLOW_JWT_SECRET", SECRET_B64)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
 
 /// `promtool check metrics < text`: its exit status and everything it printed.
 fn promtool_check(text: &str) -> (bool, String) {

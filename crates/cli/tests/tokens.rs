@@ -5,27 +5,9 @@ mod common;
 
 use std::process::Command;
 
-use common::{free_port, ternflow, Server};
+use common::{free_port, mint, ternflow, Server, SECRET_B64};
 
 use serde_json::{json, Value};
-
-const SECRET_B64: &str = "a2V5LW9uZS1rZXktb25lLWtleS1vbmUta2V5LW9uZS0="; // 32 bytes
-
-fn mint(role: &str, tenant: &str) -> String {
-    let out = ternflow()
-        .args([
-            "token", "mint", "--kid", "k1", "--role", role, "--tenant", tenant,
-        ])
-        .env("TERNFLOW_JWT_SECRET", SECRET_B64)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
 
 #[test]
 fn mint_refuses_bad_arguments() {

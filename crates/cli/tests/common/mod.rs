@@ -101,3 +101,24 @@ impl Drop for Server {
         let _ = self.child.wait();
     }
 }
+
+/// The HS256 secret (base64, 32 bytes) the signed-token tests share: the server takes it as
+/// `TERNFLOW_JWT_KEYS=k1:hs256:SECRET`, `ternflow token mint` as `TERNFLOW_JWT_SECRET`.
+pub const SECRET_B64: &str = "a2V5LW9uZS1rZXktb25lLWtleS1vbmUta2V5LW9uZS0=";
+
+/// `ternflow token mint --kid k1 --role ROLE --tenant TENANT` with [`SECRET_B64`].
+pub fn mint(role: &str, tenant: &str) -> String {
+    let out = ternflow()
+        .args([
+            "token", "mint", "--kid", "k1", "--role", role, "--tenant", tenant,
+        ])
+        .env("TERNFLOW_JWT_SECRET", SECRET_B64)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
