@@ -5,7 +5,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { cpSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { BIN, HERE, WORK, browser, runPage, serve, sh } from "./lib.mjs";
+import { BIN, HERE, WORK, browser, runPage, serve, sh, freePort } from "./lib.mjs";
 import { BUILDS } from "./builds.mjs";
 
 
@@ -81,16 +81,6 @@ async function startServer(cmd, args, url, env = {}) {
   }
   proc.kill();
   throw new Error(`${cmd} ${args.join(" ")} did not start`);
-}
-
-async function freePort() {
-  const { createServer } = await import("node:net");
-  return new Promise((r) => {
-    const s = createServer().listen(0, "127.0.0.1", () => {
-      const p = s.address().port;
-      s.close(() => r(p));
-    });
-  });
 }
 
 describe("next app (Next.js 16, Turbopack, a client component)", () => {

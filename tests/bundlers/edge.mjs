@@ -2,10 +2,9 @@
 // workerd from npm. Two builds: the model bundled (Paid plan) and fetched at run time (Free plan).
 import { spawn } from "node:child_process";
 import { readFileSync, rmSync, mkdirSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
-import { BIN, HERE, sh } from "./lib.mjs";
+import { BIN, HERE, freePort, sh } from "./lib.mjs";
 
 export const VARIANTS = [
   { name: "bundled model (ternflow/edge)", main: "worker.js", modules: ["ternflow_bg.wasm", "ternlight-int4.bin"] },
@@ -27,14 +26,6 @@ export function edgeUploads({ dir, variants }) {
     gzipped: [v.main, ...v.modules].map((f) => gzipSync(readFileSync(join(dir, f)), { level: 9 }).length).reduce((a, b) => a + b, 0),
   }));
 }
-
-const freePort = () =>
-  new Promise((r) => {
-    const s = createServer().listen(0, "127.0.0.1", () => {
-      const p = s.address().port;
-      s.close(() => r(p));
-    });
-  });
 
 function capnp(port, variant, env, queuePort) {
   const bindings = Object.entries(env)

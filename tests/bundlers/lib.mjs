@@ -1,6 +1,7 @@
 // Shared pieces of the fixture tests: a static file server (with failure switches), headless
 // Chromium through playwright-core (Debian's chromium: nothing is downloaded), and commands.
 import { createServer } from "node:http";
+import { createServer as createNetServer } from "node:net";
 import { createReadStream, existsSync, statSync } from "node:fs";
 import { execFile } from "node:child_process";
 import { extname, join, normalize, resolve } from "node:path";
@@ -65,6 +66,16 @@ export async function serve(dir, routes = {}, { cors = false } = {}) {
     log,
     close: () => new Promise((r) => { server.closeAllConnections(); server.close(r); }),
   };
+}
+
+/** A free loopback port. */
+export function freePort() {
+  return new Promise((r) => {
+    const s = createNetServer().listen(0, "127.0.0.1", () => {
+      const p = s.address().port;
+      s.close(() => r(p));
+    });
+  });
 }
 
 let browserPromise = null;

