@@ -365,9 +365,17 @@ pub(crate) async fn ack(
 /// (a vector that is not base64 of `f32`s, a NaN) is refused alone instead of failing the batch.
 #[derive(serde::Deserialize)]
 pub(crate) struct AckBatchWire {
-    acks: Vec<serde_json::Value>,
+    /// Each ack as its raw JSON text (only scanned here, decoded once below).
+    acks: Vec<Box<serde_json::value::RawValue>>,
     #[serde(default)]
     worker: Option<String>,
+}
+
+/// The `id` of an ack that did not decode, if it has a string one.
+#[derive(serde::Deserialize)]
+struct IdOnly {
+    #[serde(default)]
+    id: Option<String>,
 }
 
 /// `POST /v1/jobs/ack`: many acks in one request and one store step, each answered on its own
@@ -390,17 +398,16 @@ pub(crate) async fn ack_batch(
     let writer = crate::integrity::Writer::of(&caller, req.worker.as_deref());
     let mut decoded = Vec::with_capacity(req.acks.len());
     let mut undecodable = Vec::new();
-    for (i, v) in req.acks.into_iter().enumerate() {
-        match serde_json::from_value::<AckItem>(v.clone()) {
+    for (i, raw) in req.acks.iter().enumerate() {
+        match serde_json::from_str::<AckItem>(raw.get()) {
             Ok(item) => decoded.push(item),
             Err(e) => undecodable.push((
                 i,
                 AckItemResult {
-                    id: v
-                        .get("id")
-                        .and_then(|x| x.as_str())
-                        .unwrap_or("")
-                        .to_owned(),
+                    id: serde_json::from_str::<IdOnly>(raw.get())
+                        .ok()
+                        .and_then(|x| x.id)
+                        .unwrap_or_default(),
                     outcome: AckItemOutcome::Refused,
                     error: Some(ErrorDetail {
                         code: ErrorCode::BadResult.as_str().to_owned(),
