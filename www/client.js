@@ -2,7 +2,9 @@
 // Thin by design: every decision (caches, locks, retries, fallback, timeouts) is made in Rust in
 // the worker. This file only keeps the promise book: ids, progress callbacks, AbortSignals.
 
-import { TernflowError, cosineSim, rank, startModuleWorker, whyNotLoaded } from "./common.js";
+import {
+  TernflowError, cosineSim, publishedSibling, rank, startModuleWorker, whyNotLoaded,
+} from "./common.js";
 
 export { TernflowError, cosineSim };
 
@@ -22,19 +24,6 @@ function refuseUnknown(obj, known, what) {
       throw new TernflowError("bad_config", `${what}: unknown key \`${k}\` (known: ${known.join(", ")})`);
     }
   }
-}
-
-/**
- * Where this package's `name` is, when the package runs as published (this file is still
- * `client.js`: no bundler, an import map, a CDN); null under a bundler, which renamed and moved
- * the files (only its literal `new URL("./worker.js", import.meta.url)` knows where they went).
- */
-function sibling(name) {
-  const here = new URL(import.meta.url);
-  // (Parcel rewrites import.meta.url to a file: URL of the source: not an address.)
-  return /^https?:$/.test(here.protocol) && here.pathname.endsWith("/client.js")
-    ? new URL(name, here).href
-    : null;
 }
 
 function abortError(signal, what) {
@@ -63,7 +52,7 @@ export class EmbeddingWorker extends EventTarget {
     this.#options = options;
     const url = options.workerUrl
       ? new URL(options.workerUrl, globalThis.location?.href ?? import.meta.url).href
-      : sibling("worker.js");
+      : publishedSibling(import.meta.url, "client.js", "worker.js");
     try {
       // Two literal forms, so that Vite, webpack and others see (and emit) the worker; from
       // another origin (a CDN), a same-origin bootstrap that imports it.

@@ -42,6 +42,20 @@ export function rank(q, docs, corpus, topK) {
 }
 
 /**
+ * The address of the package's file `name`, when the module at `moduleUrl` (its
+ * `import.meta.url`) still is the package's file `own`: the package runs as published (no
+ * bundler, an import map, a CDN). Null under a bundler, which renamed and moved the files (only
+ * its literal `new URL("./x.js", import.meta.url)` knows where they went), and where
+ * `import.meta.url` is not an address (Parcel makes it a `file:` URL of the source).
+ */
+export function publishedSibling(moduleUrl, own, name) {
+  const here = new URL(moduleUrl);
+  return /^https?:$/.test(here.protocol) && here.pathname.endsWith(`/${own}`)
+    ? new URL(name, here).href
+    : null;
+}
+
+/**
  * Starts a module worker in a browser: `create()` (the literal `new Worker(new URL("./x.js",
  * import.meta.url))` that bundlers see and emit), or, when the browser refuses it because the
  * script is on another origin (the package loaded from a CDN: a worker's script must be

@@ -1,7 +1,7 @@
 // The Web Worker bootstrap: load the wasm, then forward every message to Rust and post the reply.
 // All logic (and the message types) live in Rust: see src/worker.rs and crates/core/src/messages.rs.
 import init, { handle, loadModelBytes, setEngineWorkerFactory } from "./ternflow.js";
-import { startModuleWorker } from "./common.js";
+import { publishedSibling, startModuleWorker } from "./common.js";
 
 // The literal form bundlers recognise (they emit the file and rewrite the URL).
 const wasmUrl = new URL("./ternflow_bg.wasm", import.meta.url);
@@ -38,9 +38,7 @@ const ready = (async () => {
     // on this worker's thread). Its URL is known only when the package runs as published (a
     // bundler renames the files); not written as `new URL(…, import.meta.url)`, which bundlers
     // would take for a second asset (webpack: "Critical dependency").
-    const here = new URL(import.meta.url);
-    const published = /^https?:$/.test(here.protocol) && here.pathname.endsWith("/worker.js");
-    const engineUrl = published ? here.href.replace(/\/worker\.js$/, "/engine-worker.js") : null;
+    const engineUrl = publishedSibling(import.meta.url, "worker.js", "engine-worker.js");
     setEngineWorkerFactory(() => {
       const w = startModuleWorker(
         () => new Worker(new URL("./engine-worker.js", import.meta.url), { type: "module", name: "ternflow-engine" }),
