@@ -75,7 +75,7 @@ pub use identity::{Identity, Role};
 pub use serve::{ignore_file_size_signal, run};
 pub use state::AppState;
 pub use store::memory::MemoryStore;
-pub use store::redis::RedisStore;
+pub use store::redis::{is_redis_url, Durability, RedisStore, CLUSTER_SCHEME};
 pub use store::sqlite::lock_data_dir;
 pub use store::sqlite::{SqliteStore, Synchronous};
 pub use store::{CacheStore, EventBus, LockStore, QueueStore, ResultScan, Store};

@@ -8,8 +8,8 @@
 //!   one transaction per operation, group-committed on a thread of its own: one process,
 //!   nothing else to run, and operators can open it with `sqlite3`;
 //! - [`memory::MemoryStore`]: the same semantics in memory only (tests, benchmarks);
-//! - [`redis::RedisStore`]: Redis (hashes, sorted sets, Lua scripts, Pub/Sub), so many servers
-//!   share one queue.
+//! - [`redis::RedisStore`]: Redis or Redis Cluster (hashes, sorted sets, Lua scripts, a stream
+//!   of events), so many servers share one queue.
 //!
 //! Time is always passed in (`now`, Unix ms) from the server's injected clock, so stores have no
 //! clock of their own and tests drive expiry with a fake one. Leases expire lazily: an expired
@@ -328,8 +328,8 @@ pub struct DonePage {
 #[async_trait]
 pub trait ResultScan: Send + Sync + std::fmt::Debug + 'static {
     /// About `limit` done jobs after `cursor` (`""` starts a scan). A complete scan sees every
-    /// job that was done when it started and stayed done; the Redis store may return a job
-    /// twice (its `SCAN`), so callers dedupe by id.
+    /// job that was done when it started and stayed done; callers dedupe by id all the same
+    /// (a store may page by a key that moves).
     async fn scan_done(&self, cursor: &str, limit: usize) -> Result<DonePage>;
 }
 

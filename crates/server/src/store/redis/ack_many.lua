@@ -1,13 +1,16 @@
--- Many acks in one script (one round trip, atomic). ARGV: prefix, retention ('' = keep), then
--- (id, token, result JSON, result model id) quadruples. Returns, per ack, the same reply as
--- ack.lua, flattened as `n` followed by the reply's fields: {'1', fence, text} · {'2'} · {'0'} ·
--- {'-1'} · {'m', model}.
+-- Many acks in one script (one round trip, atomic). KEYS: leased, done, then (job hash, history
+-- list) per ack. ARGV: prefix, retention ('' = keep), then (id, token, result JSON, result model
+-- id) quadruples. Returns, per ack, the same reply as ack.lua, flattened as `n` followed by the
+-- reply's fields: {'1', fence, text} · {'2'} · {'0'} · {'-1'} · {'m', model}.
+local leased, done = KEYS[1], KEYS[2]
 local retention = ARGV[2]
 local out = {}
 local finished = {}
+local j = 1
 for i = 3, #ARGV, 4 do
+  j = j + 2
   local id, token, result, model = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local k = p..':job:'..id
+  local k, hist = KEYS[j], KEYS[j + 1]
   local h = redis.call('HMGET', k, 'state', 'token', 'done_token', 'fence', 'text', 'model_id')
   if not h[1] then
     out[#out + 1] = '1'; out[#out + 1] = '-1'
@@ -19,7 +22,7 @@ for i = 3, #ARGV, 4 do
     finished[#finished + 1] = id
     if retention ~= '' then
       redis.call('PEXPIRE', k, retention)
-      redis.call('PEXPIRE', p..':hist:'..id, retention)
+      redis.call('PEXPIRE', hist, retention)
     end
     out[#out + 1] = '3'; out[#out + 1] = '1'; out[#out + 1] = h[4] or '0'; out[#out + 1] = h[5] or ''
   elseif h[1] == 'done' and h[3] == token then
@@ -29,6 +32,9 @@ for i = 3, #ARGV, 4 do
   end
 end
 if #finished > 0 then
-  redis.call('ZREM', p..':leased', unpack(finished))
+  redis.call('ZREM', leased, unpack(finished))
+  local scored = {}
+  for _, id in ipairs(finished) do scored[#scored + 1] = 0; scored[#scored + 1] = id end
+  redis.call('ZADD', done, unpack(scored))
 end
 return out

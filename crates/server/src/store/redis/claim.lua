@@ -1,27 +1,31 @@
+-- KEYS: ready, delayed, leased, dlq, seq, fence. ARGV: prefix, now, max, lease_ms, max_attempts,
+-- worker, then `max` lease tokens. The job and history keys of the ids found in the sorted sets
+-- are named from the prefix (see head.lua).
+local ready, delayed, leased_k, dlq, seqk, fencek = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local now = tonumber(ARGV[2])
 local max = tonumber(ARGV[3])
 local lease = tonumber(ARGV[4])
 local maxatt = tonumber(ARGV[5])
 local worker = ARGV[6]
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', p..':delayed', '-inf', f(now), 'LIMIT', 0, 1000)) do
-  redis.call('ZREM', p..':delayed', id)
-  make_ready(id, p..':job:'..id)
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', delayed, '-inf', f(now), 'LIMIT', 0, 1000)) do
+  redis.call('ZREM', delayed, id)
+  make_ready(id, p..':job:'..id, seqk, ready)
 end
 local dead, expired = {}, {}
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', p..':leased', '-inf', f(now), 'LIMIT', 0, 1000)) do
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', leased_k, '-inf', f(now), 'LIMIT', 0, 1000)) do
   local k = p..':job:'..id
-  redis.call('ZREM', p..':leased', id)
+  redis.call('ZREM', leased_k, id)
   local h = redis.call('HMGET', k, 'attempt', 'worker', 'leased_at')
   local err = {code = 'lease_expired', message = 'the lease expired before an ack or nack', retryable = true}
-  push_history(id, cjson.encode({attempt = tonumber(h[1]), worker = h[2],
+  push_history(p..':hist:'..id, cjson.encode({attempt = tonumber(h[1]), worker = h[2],
     leased_at = tonumber(h[3]), ended_at = now, error = err}))
   redis.call('HDEL', k, 'token', 'fence', 'expires_at')
   if tonumber(h[1]) >= maxatt then
     redis.call('HSET', k, 'state', 'dead', 'error', cjson.encode(err), 'dead_at', f(now))
-    redis.call('ZADD', p..':dlq', f(now), id)
+    redis.call('ZADD', dlq, f(now), id)
     dead[#dead+1] = id
   else
-    make_ready(id, k)
+    make_ready(id, k, seqk, ready)
     expired[#expired+1] = id
   end
 end
@@ -29,10 +33,10 @@ local out = {tostring(#dead), tostring(#expired)}
 for _, id in ipairs(dead) do out[#out+1] = id end
 for _, id in ipairs(expired) do out[#out+1] = id end
 if max > 0 then
-  local popped = redis.call('ZPOPMIN', p..':ready', max)
-  -- one INCRBY draws the fences of the whole batch: base + 1 .. base + n, in claim order
+  local popped = redis.call('ZPOPMIN', ready, max)
+  -- one draw for the fences of the whole batch: base + 1 .. base + n, in claim order
   local n = #popped / 2
-  local base = n > 0 and redis.call('INCRBY', p..':fence', n) - n or 0
+  local base = n > 0 and draw_fences(fencek, n, now * 1000) or 0
   local exp = now + lease
   local leased = {}
   for i = 1, #popped, 2 do
@@ -57,7 +61,7 @@ if max > 0 then
     out[#out+1] = h[4] or ''
   end
   if #leased > 0 then
-    redis.call('ZADD', p..':leased', unpack(leased))
+    redis.call('ZADD', leased_k, unpack(leased))
   end
 end
 return out

@@ -1,9 +1,13 @@
+-- KEYS: ready, delayed, seq, then one job hash per job. ARGV: prefix, now, then per job
+-- (id, text, model_id, priority, available_at, meta, trace). Reply: per job '1' new · '0' known.
+local ready, delayed, seq = KEYS[1], KEYS[2], KEYS[3]
 local now = tonumber(ARGV[2])
 local out = {}
-local i = 3
-while i <= #ARGV do
+local j = 0
+for i = 3, #ARGV, 7 do
+  j = j + 1
   local id = ARGV[i]
-  local k = p..':job:'..id
+  local k = KEYS[3 + j]
   if redis.call('EXISTS', k) == 1 then
     out[#out+1] = '0'
   else
@@ -12,12 +16,11 @@ while i <= #ARGV do
       'meta', ARGV[i+5], 'trace', ARGV[i+6], 'attempt', 0, 'available_at', ARGV[i+4])
     if at > now then
       redis.call('HSET', k, 'state', 'delayed')
-      redis.call('ZADD', p..':delayed', f(at), id)
+      redis.call('ZADD', delayed, f(at), id)
     else
-      make_ready(id, k)
+      make_ready(id, k, seq, ready)
     end
     out[#out+1] = '1'
   end
-  i = i + 7
 end
 return out

@@ -1,15 +1,31 @@
--- Prepended to every script. ARGV[1] is the key prefix; max_history is set from Rust's
--- MAX_HISTORY on the line before this file.
+-- Prepended to every script (max_history is set from Rust's MAX_HISTORY on the line before).
+-- Every key a script touches that its caller can name is declared in KEYS[] (each script's
+-- header lists them), so Redis Cluster routes the script to the master holding them. ARGV[1] is
+-- the store's key prefix, a hash tag such as `{tf:t:acme}`; only claim.lua and cache_sweep.lua
+-- use it, to name the keys of the ids they find in a sorted set (which no caller can know
+-- beforehand): those keys carry the same tag, so they are in the same slot as KEYS[].
 local p = ARGV[1]
-local function push_history(id, entry)
-  local hk = p..':hist:'..id
+local function push_history(hk, entry)
   redis.call('RPUSH', hk, entry)
   redis.call('LTRIM', hk, -max_history, -1)
 end
 local function f(x) return string.format('%.0f', x) end
-local function make_ready(id, k)
-  local seq = redis.call('INCR', p..':seq')
+-- Puts job `id` (hash `k`) in the ready set (`readyk`), numbered by the counter `seqk`.
+local function make_ready(id, k, seqk, readyk)
+  local seq = redis.call('INCR', seqk)
   local pri = tonumber(redis.call('HGET', k, 'priority')) or 0
   redis.call('HSET', k, 'state', 'ready', 'seq', seq)
-  redis.call('ZADD', p..':ready', f(-pri * 1099511627776 + seq % 1099511627776), id)
+  redis.call('ZADD', readyk, f(-pri * 1099511627776 + seq % 1099511627776), id)
+end
+-- Draws `n` fences from the counter `fk`: returns `base`, the fences being base + 1 .. base + n.
+-- Never below `floor` (the server's clock in ms × 1000): when a failover or a restart lost the
+-- counter's latest increments, the fences drawn after it are still above every fence drawn
+-- before it, as the clock moved on meanwhile.
+local function draw_fences(fk, n, floor)
+  local base = redis.call('INCRBY', fk, n) - n
+  if base < floor then
+    base = floor
+    redis.call('SET', fk, f(base + n))
+  end
+  return base
 end

@@ -1,15 +1,19 @@
--- Many heartbeats in one script (one round trip). ARGV: prefix, now, lease_ms, then (id, token)
--- pairs. Returns, per lease, the same reply as heartbeat.lua flattened as `n` then its fields:
+-- Many heartbeats in one script (one round trip). KEYS: leased, then the job hash of each lease.
+-- ARGV: prefix, now, lease_ms, then (id, token) pairs. Returns, per lease, the same reply as
+-- heartbeat.lua flattened as `n` then its fields:
 -- {'2', fence, expires_at} when extended · {'0'} when the token does not hold the lease.
+local leased = KEYS[1]
 local exp = tonumber(ARGV[2]) + tonumber(ARGV[3])
 local out = {}
+local j = 1
 for i = 4, #ARGV, 2 do
+  j = j + 1
   local id, token = ARGV[i], ARGV[i + 1]
-  local k = p..':job:'..id
+  local k = KEYS[j]
   local h = redis.call('HMGET', k, 'state', 'token', 'fence')
   if h[1] == 'leased' and h[2] == token then
     redis.call('HSET', k, 'expires_at', f(exp))
-    redis.call('ZADD', p..':leased', f(exp), id)
+    redis.call('ZADD', leased, f(exp), id)
     out[#out + 1] = '2'; out[#out + 1] = h[3]; out[#out + 1] = f(exp)
   else
     out[#out + 1] = '0'

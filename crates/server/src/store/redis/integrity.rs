@@ -54,7 +54,11 @@ impl IntegrityStore for RedisStore {
     async fn quarantine(&self, sub: &str, q: Quarantine) -> Result<bool> {
         let n: i64 = self
             .invoke(&self.scripts.quarantine, |i| {
-                i.arg(sub).arg(q.at).arg(&q.reason);
+                i.key(self.key("standing", sub))
+                    .key(self.k("quarantined"))
+                    .arg(sub)
+                    .arg(q.at)
+                    .arg(&q.reason);
             })
             .await?;
         Ok(n == 1)
@@ -66,7 +70,7 @@ impl IntegrityStore for RedisStore {
         let (n, _, _): (u64, u64, u64) = redis::pipe()
             .hdel(&k, &["q_at", "q_reason"])
             .hset(&k, "verified", 0)
-            .zrem(format!("{}:quarantined", self.prefix), sub)
+            .zrem(self.k("quarantined"), sub)
             .query_async(&mut con)
             .await
             .map_err(store_err)?;
@@ -76,7 +80,7 @@ impl IntegrityStore for RedisStore {
     async fn quarantined(&self, limit: usize) -> Result<Vec<(String, Quarantine)>> {
         let mut con = self.con.clone();
         let subs: Vec<String> = redis::cmd("ZRANGE")
-            .arg(format!("{}:quarantined", self.prefix))
+            .arg(self.k("quarantined"))
             .arg(0)
             .arg(limit.max(1) as i64 - 1)
             .query_async(&mut con)
@@ -165,8 +169,11 @@ impl IntegrityStore for RedisStore {
             return Ok(Vec::new());
         }
         self.invoke(&self.scripts.requeue_done, |i| {
+            i.key(self.k("ready"))
+                .key(self.k("seq"))
+                .key(self.k("done"));
             for id in ids {
-                i.arg(id);
+                i.key(self.key("job", id)).key(self.key("hist", id)).arg(id);
             }
         })
         .await

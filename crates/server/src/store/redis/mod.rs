@@ -1,51 +1,65 @@
-//! The Redis store: many `ternflow-server` processes share one queue, cache and lock space.
+//! The Redis store: many `ternflow-server` processes share one queue, cache and lock space, on
+//! one Redis (`redis://…`, with replicas or not) or a Redis Cluster (`redis-cluster://…`), through
+//! the same code.
 //!
-//! # Layout (all keys under a prefix, default `tf`)
+//! # Layout (all keys under a prefix `P`, default `tf`, a tenant's `tf:t:NAME`)
+//! Every key is `{P}:…`: the prefix in braces is the key's **hash tag**, so all the keys of one
+//! store (one tenant) are in one cluster slot, and every script and pipeline touches one slot.
+//! The reason: each queue operation spans several structures (a claim moves ids between `ready`,
+//! `delayed`, `leased` and `dlq`, draws fences and edits job hashes), and one slot keeps each one
+//! a single atomic script. The cost: one tenant's traffic is served by one master; a cluster
+//! spreads *tenants* over masters, not one tenant's jobs (docs/redis-cluster.md).
+//!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `P:job:{id}` | hash | text, model_id, priority, meta, trace, state, attempt, seq, lease (token, fence, expires_at, worker, leased_at), available_at, result, error, dead_at, done_token |
-//! | `P:hist:{id}` | list | the last `MAX_HISTORY` failed attempts (JSON), oldest first |
-//! | `P:ready` | zset | claimable ids, score = −priority·2⁴⁰ + seq (priority, then FIFO) |
-//! | `P:delayed` | zset | delayed and backing-off ids, score = available_at |
-//! | `P:leased` | zset | leased ids, score = lease expiry |
-//! | `P:dlq` | zset | dead ids, score = dead_at |
-//! | `P:seq`, `P:fence`, `P:evseq` | string | counters (`INCR`) |
-//! | `P:cache:{key}` | hash | model_id, vector, fence, expires_at, by |
-//! | `P:cachelen` | hash | cache key → its bytes against the cache-bytes quota |
-//! | `P:cachesz` | zset | cache keys, score = expires_at (the sweep takes expired ones off the sum) |
-//! | `P:cachebytes` | string | the sum of `P:cachelen` (`INCRBY`) |
-//! | `P:lock:{key}` | hash | token, fence, expires_at |
+//! | `{P}:job:{id}` | hash | text, model_id, priority, meta, trace, state, attempt, seq, lease (token, fence, expires_at, worker, leased_at), available_at, result, error, dead_at, done_token |
+//! | `{P}:hist:{id}` | list | the last `MAX_HISTORY` failed attempts (JSON), oldest first |
+//! | `{P}:ready` | zset | claimable ids, score = −priority·2⁴⁰ + seq (priority, then FIFO) |
+//! | `{P}:delayed` | zset | delayed and backing-off ids, score = available_at |
+//! | `{P}:leased` | zset | leased ids, score = lease expiry |
+//! | `{P}:dlq` | zset | dead ids, score = dead_at |
+//! | `{P}:done` | zset | finished ids, all scored 0 (paged by id: `ResultScan`) |
+//! | `{P}:seq`, `{P}:fence`, `{P}:evseq` | string | counters (`INCR`; fences and event ids never below the clock × 1000) |
+//! | `{P}:events` | stream | `e` = `{"id", "event", "data"}` (see `events`) |
+//! | `{P}:cache:{key}` | hash | model_id, vector, fence, expires_at, by |
+//! | `{P}:cachelen` | hash | cache key → its bytes against the cache-bytes quota |
+//! | `{P}:cachesz` | zset | cache keys, score = expires_at (the sweep takes expired ones off the sum) |
+//! | `{P}:cachebytes` | string | the sum of `{P}:cachelen` (`INCRBY`) |
+//! | `{P}:lock:{key}` | hash | token, fence, expires_at |
+//! | `{P}:standing:{sub}`, `{P}:wrote:{sub}`, `{P}:prop:{id}`, `{P}:quarantined` | | the integrity records (`integrity`) |
 //!
-//! The scripts are the `.lua` files beside this one (`head.lua` is prepended to each).
-//! | `P:events` | Pub/Sub channel | `{"id", "event", "data"}` |
+//! Every state change is one Lua script, so it is atomic: the `.lua` files beside this one
+//! (`head.lua` is prepended to each). Each declares in `KEYS[]` every key its caller can name;
+//! only `claim.lua` and `cache_sweep.lua` name keys of ids they find in a sorted set, from the
+//! prefix (same tag, same slot; a test keeps it to those two). Nothing scans the keyspace.
 //!
-//! Every state change is one Lua script, so it is atomic. **Deviation from the architecture
-//! note:** jobs live in sorted sets and hashes, not in a Stream with a consumer group. Stream
-//! consumer groups track leases by *Redis'* idle time (`XAUTOCLAIM min-idle-time`) and have no
-//! per-delivery token or fence; the protocol needs both and needs expiry decided by the server's
-//! injected clock (so the same conformance suite, with a fake clock, runs against both stores).
-//! `ZPOPMIN` over `P:ready`, `ZRANGEBYSCORE` over `P:leased` (the visibility timeout) and
-//! `P:delayed` give the same semantics with those properties. Locks are hashes rather than
-//! `SET NX PX` for the same reason (the expiry is compared in Lua against the server's clock);
-//! Redis' own `PEXPIRE` (TTL + 60 s) only garbage-collects them. Fences come from `INCR P:fence`.
+//! **Why not a Stream with a consumer group for the queue:** consumer groups track leases by
+//! *Redis'* idle time (`XAUTOCLAIM min-idle-time`) and have no per-delivery token or fence; the
+//! protocol needs both and needs expiry decided by the server's injected clock (so the same
+//! conformance suite, with a fake clock, runs against every store). `ZPOPMIN` over `ready`,
+//! `ZRANGEBYSCORE` over `leased` (the visibility timeout) and `delayed` give the same semantics
+//! with those properties. Locks are hashes rather than `SET NX PX` for the same reason (the
+//! expiry is compared in Lua against the server's clock); Redis' own `PEXPIRE` (TTL + 60 s) only
+//! garbage-collects them.
 //!
-//! Servers sharing a Redis must have roughly synchronised clocks (NTP): lease, lock and cache
-//! expiry compare their clocks. Scripts build keys from the prefix, so this layout targets a
-//! single Redis (with replicas), not Redis Cluster. For no loss on a Redis crash run it with
-//! `appendonly yes` and `appendfsync always` (the tests do).
+//! **Durability:** a confirmed enqueue, ack, nack or redrive is one `WAIT` saw on
+//! [`Durability::replicas`] replicas (default 1 on a cluster, 0 on one server; `conn`). Claims,
+//! heartbeats, locks and cache writes are not waited for: losing one in a failover is safe
+//! because fences never go backwards (`head.lua`'s `draw_fences`). Servers sharing a Redis must
+//! have roughly synchronised clocks (NTP): lease, lock and cache expiry and the fence floor
+//! compare their clocks. For no loss on a Redis crash run it with `appendonly yes` and
+//! `appendfsync always` (the tests do).
 //!
-//! Beside this file: the Lua scripts (one per atomic operation), `scan` (`ResultScan`: `SCAN`
-//! over the job hashes) and `integrity` (`IntegrityStore`: standings and writers).
+//! Beside this file: `conn` (one server or a cluster, and `WAIT`), `events` (the event stream's
+//! reader), `scan` (`ResultScan` over `{P}:done`) and `integrity` (`IntegrityStore`: standings
+//! and writers).
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use futures_util::StreamExt;
-use redis::aio::ConnectionManager;
 use redis::Script;
 use ternflow_core::protocol::{
     Attempt, CacheEntry, ClaimedJob, DlqEntry, Enqueued, JobError, JobResult, JobSpec, JobState,
@@ -54,12 +68,18 @@ use ternflow_core::protocol::{
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
+pub use self::conn::{is_redis_url, Durability, CLUSTER_SCHEME};
+use self::conn::{Client, Conn};
+use self::events::EVENTS_KEPT;
+
 use super::{
     cap_error, new_token, AckInput, AckOutcome, CacheStore, Claimed, EventBus, Fenced, JobRecord,
     LockOutcome, LockStore, NumberedEvent, PutOutcome, QueueStore,
 };
 use crate::error::{Error, Result};
 
+mod conn;
+mod events;
 mod integrity;
 mod scan;
 
@@ -158,29 +178,23 @@ impl Scripts {
 
 /// The Redis store. See the [module docs](self).
 pub struct RedisStore {
-    con: ConnectionManager,
+    con: Conn,
+    /// The key prefix as a hash tag (`{tf:t:acme}`): every key of the store is in its slot.
     prefix: String,
     scripts: Scripts,
+    durability: Durability,
     events: broadcast::Sender<NumberedEvent>,
-    /// The id of the last event forwarded to `events` (or the counter read when subscribing).
+    /// The id of the last event forwarded to `events` (or the newest when connecting).
     last_event: Arc<AtomicU64>,
     subscriber: JoinHandle<()>,
     done_retention_ms: Option<u64>,
-}
-
-/// `P:evseq` now (0 when unset).
-async fn read_evseq(con: &mut ConnectionManager, prefix: &str) -> redis::RedisResult<u64> {
-    redis::cmd("GET")
-        .arg(format!("{prefix}:evseq"))
-        .query_async::<Option<u64>>(con)
-        .await
-        .map(Option::unwrap_or_default)
 }
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
             .field("prefix", &self.prefix)
+            .field("durability", &self.durability)
             .finish_non_exhaustive()
     }
 }
@@ -204,82 +218,58 @@ fn parse_json<T: serde::de::DeserializeOwned>(s: &str, what: &str) -> Result<T> 
     serde_json::from_str(s).map_err(|e| Error::Store(format!("redis: bad {what}: {e}")))
 }
 
-#[derive(serde::Deserialize)]
-struct WireEvent {
-    id: u64,
-    #[serde(flatten)]
-    event: ServerEvent,
-}
-
 impl RedisStore {
-    /// Connects to `url` (`redis://host:port/db`) and starts the event subscriber. `prefix`
-    /// namespaces every key, so several deployments (or tests) can share one Redis.
+    /// Connects to `url` — one server (`redis://host:port/db`, `rediss://…`) or a cluster
+    /// (`redis-cluster://HOST:PORT,HOST:PORT,…`, seed nodes) — and starts following the event
+    /// stream. `prefix` namespaces every key (several deployments, tenants or tests share one
+    /// Redis); it becomes the keys' hash tag. Writes are confirmed with
+    /// [`Durability::default_for`] the URL; see [`RedisStore::with_durability`].
     ///
     /// # Errors
     /// [`Error::Store`] when the URL is invalid or Redis cannot be reached.
     pub async fn connect(url: &str, prefix: &str) -> Result<Self> {
-        let client = redis::Client::open(url).map_err(store_err)?;
-        let con = client.get_connection_manager().await.map_err(store_err)?;
+        let client = Client::open(url)?;
+        let mut con = client.connect().await?;
+        let prefix = format!("{{{prefix}}}");
         let (events, _) = broadcast::channel(4_096);
-        let channel = format!("{prefix}:events");
-        let tx = events.clone();
-        // Subscribed (confirmed by Redis) before returning, so no event published after
-        // `connect` is missed.
-        let mut first = client.get_async_pubsub().await.map_err(store_err)?;
-        first.subscribe(&channel).await.map_err(store_err)?;
-        // Read after subscribing: every event numbered above it reaches the channel.
-        let mut getter = con.clone();
-        let last_event = Arc::new(AtomicU64::new(
-            read_evseq(&mut getter, prefix).await.map_err(store_err)?,
-        ));
-        let last = last_event.clone();
-        let key_prefix = prefix.to_owned();
-        let subscriber = tokio::spawn(async move {
-            let mut next = Some(first);
-            let mut again = false;
-            loop {
-                let pubsub = match next.take() {
-                    Some(p) => Ok(p),
-                    None => match client.get_async_pubsub().await {
-                        Ok(mut p) => p.subscribe(&channel).await.map(|()| p),
-                        Err(e) => Err(e),
-                    },
-                };
-                if let Ok(mut pubsub) = pubsub {
-                    if std::mem::replace(&mut again, true) {
-                        // Subscribed again after a loss: what was published meanwhile is gone.
-                        // Say so, numbered with the counter read now (events up to it may be
-                        // among the lost; later ones arrive).
-                        let now = read_evseq(&mut getter, &key_prefix).await.unwrap_or(0);
-                        let id = last.fetch_max(now, Ordering::Relaxed).max(now);
-                        let _ = tx.send(crate::sse::reset(id, "subscription_lost"));
-                    }
-                    {
-                        let mut stream = pubsub.on_message();
-                        while let Some(msg) = stream.next().await {
-                            let Ok(payload) = msg.get_payload::<String>() else {
-                                continue;
-                            };
-                            if let Ok(w) = serde_json::from_str::<WireEvent>(&payload) {
-                                last.fetch_max(w.id, Ordering::Relaxed);
-                                let _ = tx.send((w.id, w.event));
-                            }
-                        }
-                    }
-                }
-                tracing::warn!("redis event subscription lost; reconnecting");
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        });
+        let stream = format!("{prefix}:events");
+        let evseq = format!("{prefix}:evseq");
+        // Read before the reader starts: every event appended after it reaches the channel.
+        let start = events::head(&mut con, &stream, &evseq)
+            .await
+            .map_err(store_err)?;
+        let last_event = Arc::new(AtomicU64::new(start.last_id));
+        let subscriber = events::spawn_reader(
+            client,
+            stream,
+            evseq,
+            start,
+            events.clone(),
+            last_event.clone(),
+        );
         Ok(RedisStore {
             con,
-            prefix: prefix.to_owned(),
+            prefix,
             scripts: Scripts::new(),
+            durability: Durability::default_for(url),
             events,
             last_event,
             subscriber,
             done_retention_ms: None,
         })
+    }
+
+    /// How many replicas must hold an enqueue, ack, nack or redrive before it is confirmed
+    /// (`WAIT`); see docs/redis-cluster.md for what each choice loses in which failure.
+    pub fn with_durability(mut self, d: Durability) -> Self {
+        self.durability = d;
+        self
+    }
+
+    /// Waits until the store's [`Durability`] holds for the writes sent so far.
+    async fn confirm(&self) -> Result<()> {
+        let mut con = self.con.clone();
+        con.wait_replicas(&self.k("seq"), self.durability).await
     }
 
     /// Lets Redis delete finished jobs `ms` after their ack (`PEXPIRE`, Redis' own clock); a
@@ -303,6 +293,12 @@ impl RedisStore {
         inv.invoke_async(&mut con).await.map_err(store_err)
     }
 
+    /// The key of one of the store's own structures (`{P}:ready`, `{P}:fence`, …).
+    fn k(&self, kind: &str) -> String {
+        format!("{}:{kind}", self.prefix)
+    }
+
+    /// The key of one job's, cache entry's or lock's structure (`{P}:job:{id}`, …).
     fn key(&self, kind: &str, id: &str) -> String {
         format!("{}:{kind}:{id}", self.prefix)
     }
@@ -343,8 +339,12 @@ impl QueueStore for RedisStore {
         }
         let flags: Vec<String> = self
             .invoke(&self.scripts.enqueue, |inv| {
-                inv.arg(now);
+                inv.key(self.k("ready"))
+                    .key(self.k("delayed"))
+                    .key(self.k("seq"))
+                    .arg(now);
                 for j in &jobs {
+                    inv.key(self.key("job", &j.id));
                     let meta = j.meta.as_ref().map(|m| m.to_string()).unwrap_or_default();
                     inv.arg(&j.id)
                         .arg(&j.text)
@@ -356,6 +356,7 @@ impl QueueStore for RedisStore {
                 }
             })
             .await?;
+        self.confirm().await?;
         Ok(jobs
             .into_iter()
             .zip(flags)
@@ -376,6 +377,9 @@ impl QueueStore for RedisStore {
     ) -> Result<Claimed> {
         let out: Vec<String> = self
             .invoke(&self.scripts.claim, |inv| {
+                for k in ["ready", "delayed", "leased", "dlq", "seq", "fence"] {
+                    inv.key(self.k(k));
+                }
                 inv.arg(now)
                     .arg(max)
                     .arg(lease_ms)
@@ -426,7 +430,12 @@ impl QueueStore for RedisStore {
     ) -> Result<Option<Lease>> {
         let out: Vec<String> = self
             .invoke(&self.scripts.heartbeat, |i| {
-                i.arg(id).arg(token).arg(now).arg(lease_ms);
+                i.key(self.key("job", id))
+                    .key(self.k("leased"))
+                    .arg(id)
+                    .arg(token)
+                    .arg(now)
+                    .arg(lease_ms);
             })
             .await?;
         if out.len() != 2 {
@@ -450,9 +459,9 @@ impl QueueStore for RedisStore {
         }
         let out: Vec<String> = self
             .invoke(&self.scripts.heartbeat_many, |i| {
-                i.arg(now).arg(lease_ms);
+                i.key(self.k("leased")).arg(now).arg(lease_ms);
                 for (id, token) in &leases {
-                    i.arg(id).arg(token);
+                    i.key(self.key("job", id)).arg(id).arg(token);
                 }
             })
             .await?;
@@ -486,7 +495,11 @@ impl QueueStore for RedisStore {
             .map_err(|e| Error::Store(format!("encode result: {e}")))?;
         let out: Vec<String> = self
             .invoke(&self.scripts.ack, |i| {
-                i.arg(id)
+                i.key(self.key("job", id))
+                    .key(self.key("hist", id))
+                    .key(self.k("leased"))
+                    .key(self.k("done"))
+                    .arg(id)
                     .arg(token)
                     .arg(result)
                     .arg(
@@ -497,6 +510,7 @@ impl QueueStore for RedisStore {
                     .arg(&model);
             })
             .await?;
+        self.confirm().await?;
         let fields: Vec<&String> = out.iter().collect();
         ack_outcome(&fields)
     }
@@ -514,16 +528,22 @@ impl QueueStore for RedisStore {
         }
         let out: Vec<String> = self
             .invoke(&self.scripts.ack_many, |i| {
-                i.arg(
+                i.key(self.k("leased")).key(self.k("done")).arg(
                     self.done_retention_ms
                         .map(|ms| ms.to_string())
                         .unwrap_or_default(),
                 );
                 for (a, r) in acks.iter().zip(&results) {
-                    i.arg(&a.id).arg(&a.token).arg(r).arg(&a.result.model_id);
+                    i.key(self.key("job", &a.id))
+                        .key(self.key("hist", &a.id))
+                        .arg(&a.id)
+                        .arg(&a.token)
+                        .arg(r)
+                        .arg(&a.result.model_id);
                 }
             })
             .await?;
+        self.confirm().await?;
         let mut outcomes = Vec::with_capacity(acks.len());
         let mut rest = out.iter();
         while let Some(n) = rest.next() {
@@ -551,7 +571,12 @@ impl QueueStore for RedisStore {
             .map_err(|e| Error::Store(format!("encode error: {e}")))?;
         let out: Vec<String> = self
             .invoke(&self.scripts.nack, |i| {
-                i.arg(id)
+                i.key(self.key("job", id))
+                    .key(self.key("hist", id))
+                    .key(self.k("leased"))
+                    .key(self.k("dlq"))
+                    .key(self.k("delayed"))
+                    .arg(id)
                     .arg(token)
                     .arg(errjson)
                     .arg(if error.retryable { "1" } else { "0" })
@@ -560,6 +585,7 @@ impl QueueStore for RedisStore {
                     .arg(now);
             })
             .await?;
+        self.confirm().await?;
         Ok(match out.first().map(String::as_str) {
             Some("dead") => Some(NackResponse::Dead),
             Some("retry") => Some(NackResponse::Retry {
@@ -572,7 +598,12 @@ impl QueueStore for RedisStore {
     async fn release(&self, id: &str, token: &str, _now: u64) -> Result<bool> {
         let n: i64 = self
             .invoke(&self.scripts.release, |i| {
-                i.arg(id).arg(token);
+                i.key(self.key("job", id))
+                    .key(self.k("leased"))
+                    .key(self.k("ready"))
+                    .key(self.k("seq"))
+                    .arg(id)
+                    .arg(token);
             })
             .await?;
         Ok(n == 1)
@@ -614,7 +645,7 @@ impl QueueStore for RedisStore {
         }
         let mut con = self.con.clone();
         let ids: Vec<String> = redis::cmd("ZRANGE")
-            .arg(format!("{}:dlq", self.prefix))
+            .arg(self.k("dlq"))
             .arg(0)
             .arg(limit as i64 - 1)
             .query_async(&mut con)
@@ -645,16 +676,21 @@ impl QueueStore for RedisStore {
     async fn redrive(&self, id: &str, _now: u64) -> Result<bool> {
         let n: i64 = self
             .invoke(&self.scripts.redrive, |i| {
-                i.arg(id);
+                i.key(self.key("job", id))
+                    .key(self.k("dlq"))
+                    .key(self.k("ready"))
+                    .key(self.k("seq"))
+                    .arg(id);
             })
             .await?;
+        self.confirm().await?;
         Ok(n == 1)
     }
 
     async fn probe_write(&self, now: u64) -> Result<()> {
         let mut con = self.con.clone();
         redis::cmd("SET")
-            .arg(format!("{}:ready_probe", self.prefix))
+            .arg(self.k("ready_probe"))
             .arg(now)
             .arg("PX")
             .arg(60_000)
@@ -664,14 +700,13 @@ impl QueueStore for RedisStore {
     }
 
     async fn depth(&self, now: u64) -> Result<QueueDepth> {
-        let p = &self.prefix;
         let mut con = self.con.clone();
         let (ready, due, delayed, leased, dead): (u64, u64, u64, u64, u64) = redis::pipe()
-            .zcard(format!("{p}:ready"))
-            .zcount(format!("{p}:delayed"), "-inf", now)
-            .zcard(format!("{p}:delayed"))
-            .zcard(format!("{p}:leased"))
-            .zcard(format!("{p}:dlq"))
+            .zcard(self.k("ready"))
+            .zcount(self.k("delayed"), "-inf", now)
+            .zcard(self.k("delayed"))
+            .zcard(self.k("leased"))
+            .zcard(self.k("dlq"))
             .query_async(&mut con)
             .await
             .map_err(store_err)?;
@@ -778,7 +813,12 @@ impl CacheStore for RedisStore {
             .unwrap_or_default();
         let out: Vec<String> = self
             .invoke(&self.scripts.cache_put, |i| {
-                i.arg(key)
+                i.key(self.key("cache", key))
+                    .key(self.key("lock", key))
+                    .key(self.k("cachelen"))
+                    .key(self.k("cachesz"))
+                    .key(self.k("cachebytes"))
+                    .arg(key)
                     .arg(&entry.model_id)
                     .arg(ternflow_core::codec::encode_vector(&entry.vector.0))
                     .arg(entry.fence)
@@ -816,7 +856,11 @@ impl CacheStore for RedisStore {
     async fn cache_delete(&self, key: &str) -> Result<bool> {
         let n: i64 = self
             .invoke(&self.scripts.cache_delete, |i| {
-                i.arg(key);
+                i.key(self.key("cache", key))
+                    .key(self.k("cachelen"))
+                    .key(self.k("cachesz"))
+                    .key(self.k("cachebytes"))
+                    .arg(key);
             })
             .await?;
         Ok(n > 0)
@@ -826,7 +870,7 @@ impl CacheStore for RedisStore {
         // Entries past their expiry count until the sweep takes them off (within a sweep).
         let mut con = self.con.clone();
         let n: Option<i64> = redis::cmd("GET")
-            .arg(format!("{}:cachebytes", self.prefix))
+            .arg(self.k("cachebytes"))
             .query_async(&mut con)
             .await
             .map_err(store_err)?;
@@ -839,7 +883,11 @@ impl CacheStore for RedisStore {
         // which removes nothing and so counts nothing here.
         let _: i64 = self
             .invoke(&self.scripts.cache_sweep, |i| {
-                i.arg(now).arg(limit);
+                i.key(self.k("cachesz"))
+                    .key(self.k("cachelen"))
+                    .key(self.k("cachebytes"))
+                    .arg(now)
+                    .arg(limit);
             })
             .await?;
         Ok(0)
@@ -852,7 +900,9 @@ impl LockStore for RedisStore {
         let token = new_token();
         let out: Vec<String> = self
             .invoke(&self.scripts.lock_acquire, |i| {
-                i.arg(key)
+                i.key(self.key("lock", key))
+                    .key(self.k("fence"))
+                    .arg(key)
                     .arg(&token)
                     .arg(now)
                     .arg(ttl_ms)
@@ -881,7 +931,8 @@ impl LockStore for RedisStore {
     ) -> Result<Option<LockGrant>> {
         let out: Vec<String> = self
             .invoke(&self.scripts.lock_renew, |i| {
-                i.arg(key)
+                i.key(self.key("lock", key))
+                    .arg(key)
                     .arg(token)
                     .arg(now)
                     .arg(ttl_ms)
@@ -901,7 +952,7 @@ impl LockStore for RedisStore {
     async fn lock_release(&self, key: &str, token: &str) -> Result<bool> {
         let n: i64 = self
             .invoke(&self.scripts.lock_release, |i| {
-                i.arg(key).arg(token);
+                i.key(self.key("lock", key)).arg(key).arg(token);
             })
             .await?;
         Ok(n == 1)
@@ -919,7 +970,11 @@ impl EventBus for RedisStore {
             .map(|d| d.as_millis() as u64 * 1_000)
             .unwrap_or(0);
         self.invoke(&self.scripts.publish, |i| {
-            i.arg(body).arg(floor);
+            i.key(self.k("evseq"))
+                .key(self.k("events"))
+                .arg(body)
+                .arg(floor)
+                .arg(EVENTS_KEPT);
         })
         .await
     }

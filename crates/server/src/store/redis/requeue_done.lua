@@ -1,14 +1,19 @@
--- ARGV: prefix, then job ids. Puts each finished job back in the queue (its result dropped,
--- its retention expiry removed); returns the ids that were done.
+-- KEYS: ready, seq, done, then (job hash, history list) per id. ARGV: prefix, then job ids.
+-- Puts each finished job back in the queue (its result dropped, its retention expiry removed);
+-- returns the ids that were done.
+local ready, seq, done = KEYS[1], KEYS[2], KEYS[3]
 local out = {}
+local j = 2
 for i = 2, #ARGV do
+  j = j + 2
   local id = ARGV[i]
-  local k = p..':job:'..id
+  local k, hist = KEYS[j], KEYS[j + 1]
   if redis.call('HGET', k, 'state') == 'done' then
     redis.call('HDEL', k, 'result', 'done_token')
     redis.call('PERSIST', k)
-    redis.call('PERSIST', p..':hist:'..id)
-    make_ready(id, k)
+    redis.call('PERSIST', hist)
+    redis.call('ZREM', done, id)
+    make_ready(id, k, seq, ready)
     out[#out + 1] = id
   end
 end

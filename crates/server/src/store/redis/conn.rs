@@ -1,0 +1,218 @@
+//! The connection to Redis: one server (`redis://…`) or a Redis Cluster (`redis-cluster://…`),
+//! behind one type so the store has one code path; and `WAIT`, what makes a write confirmed.
+//!
+//! A cluster is reached through the `redis` crate's cluster client (it reads the slot map,
+//! follows `MOVED`/`ASK`, and re-reads the map after a failover); nothing here routes slots by
+//! hand. Every command the store sends names its keys (scripts through `KEYS[]`), and every key
+//! of one store shares one hash tag, so each command goes to the one master owning that tag.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+use super::store_err;
+use crate::error::{Error, Result};
+
+/// The scheme of a cluster URL: `redis-cluster://HOST:PORT,HOST:PORT,…` (seed nodes; the rest
+/// of the cluster is discovered from them). A password goes in the first seed
+/// (`redis-cluster://:secret@h1:7000,h2:7001`) and applies to every node.
+pub const CLUSTER_SCHEME: &str = "redis-cluster://";
+
+/// How long one command may take before the store reports the store unavailable. A failover
+/// (a replica promoted after `cluster-node-timeout`) shows as errors for about that long; the
+/// callers retry.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Whether `url` names a Redis store this module can open (`redis://`, `rediss://` or
+/// `redis-cluster://`).
+pub fn is_redis_url(url: &str) -> bool {
+    ["redis://", "rediss://", CLUSTER_SCHEME]
+        .iter()
+        .any(|s| url.starts_with(s))
+}
+
+/// Where the store connects: a client for one server or for a cluster.
+#[derive(Clone)]
+pub(super) enum Client {
+    Single(redis::Client),
+    /// The client and its seed nodes (a second client with other timeouts is built from them).
+    Cluster(ClusterClient, Vec<String>),
+}
+
+impl Client {
+    /// Parses `redis://…`, `rediss://…` or `redis-cluster://h:p,h:p,…`.
+    pub(super) fn open(url: &str) -> Result<Self> {
+        let Some(seeds) = url.strip_prefix(CLUSTER_SCHEME) else {
+            return redis::Client::open(url)
+                .map(Client::Single)
+                .map_err(store_err);
+        };
+        let (auth, hosts) = match seeds.rsplit_once('@') {
+            Some((auth, hosts)) => (Some(auth), hosts),
+            None => (None, seeds),
+        };
+        let hosts: Vec<&str> = hosts
+            .trim_end_matches('/')
+            .split(',')
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+            .collect();
+        if hosts.is_empty() {
+            return Err(Error::Store(format!(
+                "redis: {url:?} names no seed node ({CLUSTER_SCHEME}HOST:PORT,HOST:PORT,…)"
+            )));
+        }
+        let nodes: Vec<String> = hosts
+            .iter()
+            .map(|h| match auth {
+                Some(a) => format!("redis://{a}@{h}"),
+                None => format!("redis://{h}"),
+            })
+            .collect();
+        ClusterClient::builder(nodes.clone())
+            .response_timeout(RESPONSE_TIMEOUT)
+            .connection_timeout(Duration::from_secs(2))
+            .retries(6)
+            .min_retry_wait(50)
+            .max_retry_wait(1_000)
+            .build()
+            .map(|c| Client::Cluster(c, nodes))
+            .map_err(store_err)
+    }
+
+    /// The shared, multiplexed connection every store operation goes through.
+    pub(super) async fn connect(&self) -> Result<Conn> {
+        match self {
+            Client::Single(c) => c
+                .get_connection_manager_with_config(
+                    ConnectionManagerConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT)),
+                )
+                .await
+                .map(Conn::Single),
+            Client::Cluster(c, _) => c.get_async_connection().await.map(Conn::Cluster),
+        }
+        .map_err(store_err)
+    }
+
+    /// A connection of its own for blocking reads (`XREAD BLOCK`), which would hold up every
+    /// other command on a multiplexed connection. `block` is the longest the reads block.
+    pub(super) async fn connect_blocking(&self, block: Duration) -> redis::RedisResult<Conn> {
+        let timeout = block + RESPONSE_TIMEOUT;
+        match self {
+            Client::Single(c) => c
+                .get_connection_manager_with_config(
+                    ConnectionManagerConfig::new().set_response_timeout(Some(timeout)),
+                )
+                .await
+                .map(Conn::Single),
+            Client::Cluster(_, nodes) => {
+                let c = ClusterClient::builder(nodes.clone())
+                    .response_timeout(timeout)
+                    .connection_timeout(Duration::from_secs(2))
+                    .build()?;
+                c.get_async_connection().await.map(Conn::Cluster)
+            }
+        }
+    }
+}
+
+/// One server's connection manager (reconnects by itself) or a cluster connection (follows the
+/// slot map). Cheap to clone: clones share the connection.
+#[derive(Clone)]
+pub(super) enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// How many replicas must hold a write before the store confirms it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Durability {
+    /// `WAIT numreplicas`: 0 confirms once the master has it (and its AOF, with
+    /// `appendfsync always`).
+    pub replicas: u32,
+    /// `WAIT timeout`: past it, the write is reported as not confirmed (it may still be there:
+    /// every confirmed write is idempotent, so the caller retries it).
+    pub timeout: Duration,
+}
+
+impl Durability {
+    /// The default for a store URL: one replica on a cluster (a cluster is run for failover,
+    /// and a write only its master has is lost when that master dies before replicating it),
+    /// none on one server (usually run without replicas; `appendfsync always` is its
+    /// durability).
+    pub fn default_for(url: &str) -> Self {
+        Durability {
+            replicas: u32::from(url.starts_with(CLUSTER_SCHEME)),
+            timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+impl Conn {
+    /// `WAIT replicas timeout` on the master that owns `key`'s slot, through the connection the
+    /// write went through (`WAIT` covers every write sent before it on that connection).
+    ///
+    /// # Errors
+    /// [`Error::Store`] (answered as `store_unavailable`) when fewer replicas acknowledged in
+    /// time: the write is not confirmed.
+    pub(super) async fn wait_replicas(&mut self, key: &str, d: Durability) -> Result<()> {
+        if d.replicas == 0 {
+            return Ok(());
+        }
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(d.replicas).arg(d.timeout.as_millis() as u64);
+        let got: Value = match self {
+            Conn::Single(c) => cmd.query_async(c).await,
+            Conn::Cluster(c) => {
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::with_key(key, SlotAddr::Master),
+                ));
+                c.route_command(cmd, route).await
+            }
+        }
+        .map_err(store_err)?;
+        let n: u64 =
+            redis::from_redis_value(got).map_err(|e| store_err(redis::RedisError::from(e)))?;
+        if n < u64::from(d.replicas) {
+            return Err(Error::Store(format!(
+                "redis: the write reached {n} of {} replicas within {} ms (not confirmed; \
+                 retrying it is safe)",
+                d.replicas,
+                d.timeout.as_millis()
+            )));
+        }
+        Ok(())
+    }
+}
