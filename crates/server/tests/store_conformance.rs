@@ -1,4 +1,6 @@
-//! The store conformance suite against the three stores, and store-specific durability checks.
+//! The store conformance suite against every store — in memory, SQLite, one Redis, a Redis
+//! Cluster (3 masters + 3 replicas), one Valkey and a Valkey cluster — and store-specific
+//! durability checks.
 
 mod common;
 
@@ -35,6 +37,38 @@ async fn fresh_redis() -> (RedisStore, common::RedisServer) {
     )
 }
 
+/// A store on a Redis-protocol server of its own per case.
+async fn fresh_single(bin: &str) -> (RedisStore, common::RedisServer) {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let redis = common::RedisServer::start_with(bin, &[]);
+    let prefix = format!("v{}", N.fetch_add(1, Ordering::SeqCst));
+    (
+        RedisStore::connect(&redis.url(), &prefix).await.unwrap(),
+        redis,
+    )
+}
+
+/// A store of a prefix of its own on the cluster of `bin` that this test binary shares (the
+/// prefixes, being hash tags, spread the cases over the three masters).
+async fn fresh_on_cluster(bin: &str) -> (RedisStore, ()) {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let url = common::cluster::RedisCluster::shared(bin);
+    let prefix = format!("k{}", N.fetch_add(1, Ordering::SeqCst));
+    (RedisStore::connect(&url, &prefix).await.unwrap(), ())
+}
+
+async fn fresh_redis_cluster() -> (RedisStore, ()) {
+    fresh_on_cluster("redis-server").await
+}
+
+async fn fresh_valkey() -> (RedisStore, common::RedisServer) {
+    fresh_single(&common::cluster::valkey_server()).await
+}
+
+async fn fresh_valkey_cluster() -> (RedisStore, ()) {
+    fresh_on_cluster(&common::cluster::valkey_server()).await
+}
+
 mod memory {
     ternflow_server::store_conformance_tests!(super::fresh_memory);
 }
@@ -45,6 +79,18 @@ mod sqlite {
 
 mod redis {
     ternflow_server::store_conformance_tests!(super::fresh_redis);
+}
+
+mod redis_cluster {
+    ternflow_server::store_conformance_tests!(super::fresh_redis_cluster);
+}
+
+mod valkey {
+    ternflow_server::store_conformance_tests!(super::fresh_valkey);
+}
+
+mod valkey_cluster {
+    ternflow_server::store_conformance_tests!(super::fresh_valkey_cluster);
 }
 
 fn job(id: &str) -> JobRecord {

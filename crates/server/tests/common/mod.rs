@@ -1,5 +1,8 @@
-//! Test helpers: a real `redis-server` on a free port, and HTTP helpers over the router.
+//! Test helpers: a real `redis-server` on a free port (or `valkey-server`, or a cluster of
+//! either: `cluster`), and HTTP helpers over the router.
 #![allow(dead_code, unreachable_pub)]
+
+pub mod cluster;
 
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -11,9 +14,15 @@ pub struct RedisServer {
     child: Option<Child>,
     pub port: u16,
     dir: tempfile::TempDir,
+    /// The server program (`redis-server`, or the path of a `valkey-server`).
+    bin: String,
+    /// Arguments after the defaults (cluster mode, …).
+    extra: Vec<String>,
+    /// Started through [`cluster::in_keeper`]: dies with the test process.
+    kept: bool,
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -23,23 +32,34 @@ fn free_port() -> u16 {
 
 impl RedisServer {
     pub fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let mut s = RedisServer {
-            child: None,
-            port: free_port(),
-            dir,
-        };
+        Self::start_with("redis-server", &[])
+    }
+
+    /// Starts `bin` (a `redis-server` or `valkey-server`) with `extra` arguments.
+    pub fn start_with(bin: &str, extra: &[&str]) -> Self {
+        let mut s = Self::unstarted(bin, extra);
         s.spawn();
         s
+    }
+
+    pub(crate) fn unstarted(bin: &str, extra: &[&str]) -> Self {
+        RedisServer {
+            child: None,
+            port: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+            bin: bin.to_owned(),
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            kept: false,
+        }
     }
 
     pub fn dir(&self) -> PathBuf {
         self.dir.path().to_owned()
     }
 
-    fn spawn(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string()])
+    pub(crate) fn spawn(&mut self) {
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
             .arg("--dir")
             .arg(self.dir.path())
@@ -51,15 +71,21 @@ impl RedisServer {
                 "--save",
                 "",
             ])
+            .args(&self.extra)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "these tests need a real Redis: could not start `redis-server` ({e}). \
-                     Install it (Debian: apt-get install -y redis-server) and put it on PATH."
-                )
-            });
+            .stderr(Stdio::null());
+        let spawned = if self.kept {
+            cluster::in_keeper(cmd)
+        } else {
+            cmd.spawn()
+        };
+        let child = spawned.unwrap_or_else(|e| {
+            panic!(
+                "these tests need a real Redis: could not start `{}` ({e}). Install it \
+                 (scripts/setup.sh; Debian: apt-get install -y redis-server) and put it on PATH.",
+                self.bin
+            )
+        });
         self.child = Some(child);
         let start = Instant::now();
         while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
@@ -74,6 +100,10 @@ impl RedisServer {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 
     /// `kill -9` the server (no shutdown save: only the AOF survives).

@@ -987,3 +987,45 @@ impl EventBus for RedisStore {
         self.last_event.load(Ordering::Relaxed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every script names its keys through `KEYS[]`, so a cluster routes it and checks them;
+    /// only the two that find ids in a sorted set name those ids' keys from the prefix.
+    #[test]
+    fn scripts_name_their_keys_through_keys() {
+        let scripts = [
+            ("enqueue", super::ENQUEUE),
+            ("claim", super::CLAIM),
+            ("heartbeat", super::HEARTBEAT),
+            ("heartbeat_many", super::HEARTBEAT_MANY),
+            ("ack", super::ACK),
+            ("ack_many", super::ACK_MANY),
+            ("nack", super::NACK),
+            ("release", super::RELEASE),
+            ("redrive", super::REDRIVE),
+            ("cache_put", super::CACHE_PUT),
+            ("cache_delete", super::CACHE_DELETE),
+            ("cache_sweep", super::CACHE_SWEEP),
+            ("requeue_done", super::REQUEUE_DONE),
+            ("quarantine", super::QUARANTINE),
+            ("lock_acquire", super::LOCK_ACQUIRE),
+            ("lock_renew", super::LOCK_RENEW),
+            ("lock_release", super::LOCK_RELEASE),
+            ("publish", super::PUBLISH),
+        ];
+        for (name, body) in scripts {
+            let from_prefix = body.contains("p..");
+            assert_eq!(
+                from_prefix,
+                matches!(name, "claim" | "cache_sweep"),
+                "{name}.lua: only claim and cache_sweep may build key names from the prefix"
+            );
+            assert!(body.contains("KEYS["), "{name}.lua declares no keys");
+        }
+        assert!(
+            !super::LUA_HEAD.contains("p..'"),
+            "head.lua's helpers take their keys"
+        );
+    }
+}
