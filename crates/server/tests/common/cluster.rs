@@ -186,8 +186,9 @@ impl RedisCluster {
             .collect()
     }
 
-    /// The port of the master that owns `key`'s slot now.
-    pub fn master_of(&self, key: &str) -> u16 {
+    /// The port of the live master that owns `key`'s slot now (`None` while it is failed and
+    /// not yet replaced).
+    pub fn master_of(&self, key: &str) -> Option<u16> {
         let live = self.nodes.iter().find(|n| n.is_running()).unwrap();
         let slot: u16 = cli(live.port, &["cluster", "keyslot", key])
             .trim()
@@ -202,20 +203,12 @@ impl RedisCluster {
                 let (a, b) = range.split_once('-').unwrap_or((range, range));
                 if let (Ok(a), Ok(b)) = (a.parse::<u16>(), b.parse::<u16>()) {
                     if (a..=b).contains(&slot) {
-                        return f[1]
-                            .split('@')
-                            .next()
-                            .unwrap()
-                            .rsplit(':')
-                            .next()
-                            .unwrap()
-                            .parse()
-                            .unwrap();
+                        return f[1].split('@').next()?.rsplit(':').next()?.parse().ok();
                     }
                 }
             }
         }
-        panic!("no master owns slot {slot}")
+        None
     }
 
     /// `kill -9` the node on `port`.
@@ -225,6 +218,16 @@ impl RedisCluster {
             .find(|n| n.port == port)
             .expect("a node of this cluster")
             .kill9();
+    }
+
+    /// Starts the node on `port` again (same directory: its AOF and `nodes.conf`), after
+    /// [`RedisCluster::kill9`].
+    pub fn restart(&mut self, port: u16) {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .expect("a node of this cluster")
+            .restart();
     }
 
     /// A cluster of 3 masters + 3 replicas of `bin`, started once per test binary and shared by
