@@ -9,7 +9,10 @@
 //     with the same model), and so does the remote cache entry of its text;
 // and prints duplicates processed (deliveries beyond the first), recovery times, throughput over
 // time, and a PNG plot of it.
-// Usage: node scripts/chaos.mjs --bin BIN --model FILE [--jobs N] [--workers W] [--short] [--out DIR]
+// With --cluster, the store is a Redis Cluster (3 masters + 3 replicas, AOF) and the Redis fault
+// is the master holding the queue's slot killed (-9): its replica takes over, and the killed node
+// is started again after a while (it rejoins as a replica).
+// Usage: node scripts/chaos.mjs --bin BIN --model FILE [--jobs N] [--workers W] [--short] [--cluster] [--out DIR]
 import { spawn, execFileSync } from "node:child_process";
 import { mkdtempSync, mkdirSync, readFileSync, writeFileSync, rmSync } from "node:fs";
 import { createHash } from "node:crypto";
@@ -18,10 +21,11 @@ import { join, resolve } from "node:path";
 import { createServer as netServer } from "node:net";
 import { client, launchChromium, root, serveStatic, sleep } from "./harness.mjs";
 
-const args = { bin: "", model: "", jobs: 10000, workers: 4, short: false, out: "" };
+const args = { bin: "", model: "", jobs: 10000, workers: 4, short: false, cluster: false, out: "" };
 for (let i = 2; i < process.argv.length; i++) {
   const k = process.argv[i];
   if (k === "--short") { args.short = true; continue; }
+  if (k === "--cluster") { args.cluster = true; continue; }
   const v = process.argv[++i];
   if (k === "--bin") args.bin = v;
   else if (k === "--model") args.model = v;
@@ -34,6 +38,9 @@ for (let i = 2; i < process.argv.length; i++) {
 const plan = args.short
   ? { killEvery: 2, redisAt: 2, redisDown: 1, serverAt: 4.5, serverDown: 2, leaseMs: 2000 }
   : { killEvery: 4, redisAt: 8, redisDown: 2, serverAt: 16, serverDown: 5, leaseMs: 3000 };
+// A killed master is replaced after cluster-node-timeout (1 s) and an election: stay down
+// long enough for its replica to take over.
+if (args.cluster) plan.redisDown = Math.max(plan.redisDown, 4);
 const tmp = mkdtempSync(join(tmpdir(), "ternflow-chaos-"));
 // The plot outlives the run; the Redis directory does not.
 const out = args.out || mkdtempSync(join(tmpdir(), "ternflow-chaos-out-"));
@@ -68,19 +75,57 @@ const waitHttp = async (url, ms = 20000) => {
   }
 };
 
-// ---- Redis (AOF, fsync always) and two servers on it --------------------------------------
-const redisPort = await freePort();
-const redisDir = join(tmp, "redis");
-mkdirSync(redisDir);
-const startRedis = () => start("redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1", "--dir", redisDir,
-  "--appendonly", "yes", "--appendfsync", "always", "--save", ""], "redis");
-let redis = startRedis();
-for (let i = 0; ; i++) {
-  try { execFileSync("redis-cli", ["-p", String(redisPort), "ping"], { stdio: "ignore" }); break; } catch { if (i > 100) throw new Error("redis did not start"); await sleep(50); }
+// ---- Redis (AOF, fsync always), or a Redis Cluster, and two servers on it ---------------
+const cli = (port, ...a) => execFileSync("redis-cli", ["-p", String(port), ...a], { encoding: "utf8" });
+const nodePorts = [];
+for (let i = 0; i < (args.cluster ? 6 : 1); i++) nodePorts.push(await freePort());
+const nodes = new Map(); // port → child
+const startNode = (port) => {
+  const dir = join(tmp, "redis-" + port);
+  mkdirSync(dir, { recursive: true });
+  const cluster = args.cluster ? ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+    "--cluster-node-timeout", "1000", "--cluster-replica-validity-factor", "0", "--cluster-require-full-coverage", "no"] : [];
+  nodes.set(port, start("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--dir", dir,
+    "--appendonly", "yes", "--appendfsync", "always", "--save", "", ...cluster], "redis " + port));
+};
+for (const p of nodePorts) startNode(p);
+for (const p of nodePorts) {
+  for (let i = 0; ; i++) {
+    try { cli(p, "ping"); break; } catch { if (i > 100) throw new Error("redis did not start"); await sleep(50); }
+  }
 }
+// The port of the live master serving `key`'s slot (null while none does).
+const masterOf = (key) => {
+  const live = nodePorts.find((p) => nodes.get(p)?.exitCode == null && nodes.get(p)?.signalCode == null);
+  const slot = Number(cli(live, "cluster", "keyslot", key).trim());
+  for (const l of cli(live, "cluster", "nodes").split("\n")) {
+    const f = l.split(" ");
+    if (!f[2] || !f[2].includes("master") || f[2].includes("fail")) continue;
+    for (const r of f.slice(8)) {
+      const [a, b = a] = r.split("-").map(Number);
+      if (slot >= a && slot <= b) return Number(f[1].split("@")[0].split(":").pop());
+    }
+  }
+  return null;
+};
+let store = `redis://127.0.0.1:${nodePorts[0]}/0`;
+if (args.cluster) {
+  execFileSync("redis-cli", ["--cluster", "create", ...nodePorts.map((p) => "127.0.0.1:" + p), "--cluster-replicas", "1", "--cluster-yes"], { stdio: "ignore" });
+  for (let i = 0; ; i++) {
+    const ok = nodePorts.every((p) => cli(p, "cluster", "info").includes("cluster_state:ok"));
+    const linked = nodePorts.filter((p) => cli(p, "info", "replication").includes("master_link_status:up")).length;
+    if (ok && linked >= 3) break;
+    if (i > 300) throw new Error("the cluster did not become healthy");
+    await sleep(100);
+  }
+  store = "redis-cluster://" + nodePorts.map((p) => "127.0.0.1:" + p).join(",");
+}
+// The node the Redis fault kills: the one server, or the master of the queue's slot (the
+// servers' default prefix `tf` is the hash tag of every key of theirs).
+const redisPort = args.cluster ? masterOf("{tf}:ready") : nodePorts[0];
 const token = "chaos-" + Math.random().toString(36).slice(2);
 const ports = [await freePort(), await freePort()];
-const startServer = (i) => start(args.bin, ["serve", "--addr", `127.0.0.1:${ports[i]}`, "--store", `redis://127.0.0.1:${redisPort}/0`,
+const startServer = (i) => start(args.bin, ["serve", "--addr", `127.0.0.1:${ports[i]}`, "--store", store,
   "--model", args.model, "--insecure-dev-token", token, "--cors-allow-localhost", "--lease-ms", String(plan.leaseMs),
   "--max-attempts", "20", "--shutdown-deadline-ms", "1000"], "server " + "AB"[i]);
 const servers = [startServer(0), startServer(1)];
@@ -147,7 +192,7 @@ try {
   await tab.goto(stat.url + "/");
   await tab.waitForFunction(() => window.__ready, null, { timeout: 60000 });
   for (let i = 0; i < args.workers; i++) await tab.evaluate((i) => window.__start(i), i);
-  log(`${at()}  ${args.workers} workers up (half on each of ${urls.join(", ")}); Redis on ${redisPort} with AOF; lease ${plan.leaseMs} ms`);
+  log(`${at()}  ${args.workers} workers up (half on each of ${urls.join(", ")}); ${args.cluster ? `a Redis Cluster (3 masters + 3 replicas; the queue's master on ${redisPort})` : `Redis on ${redisPort}`} with AOF; lease ${plan.leaseMs} ms`);
 
   // ---- enqueue, then the faults while it drains -------------------------------------------
   const t0 = performance.now();
@@ -193,14 +238,19 @@ try {
           body: JSON.stringify({ model_id: "m", vector: "AACAPw==", fence }) }).then((r) => r.status);
         const before = await any((a) => a.post(`/v1/locks/${K}`, { ttl_ms: 1000 }));
         const put1 = await put(before.fence);
-        await stop(redis, "SIGKILL");
-        events.push([since(), "Redis kill -9"]);
-        log(`${at()}  Redis killed (-9); the probe key was written with fence ${before.fence} (${put1})`);
+        await stop(nodes.get(redisPort), "SIGKILL");
+        events.push([since(), args.cluster ? "master kill -9" : "Redis kill -9"]);
+        log(`${at()}  ${args.cluster ? `the queue's master (${redisPort})` : "Redis"} killed (-9); the probe key was written with fence ${before.fence} (${put1})`);
         if (put1 !== 201) failed.push(`the probe write before the kill answered ${put1}`);
         await sleep(plan.redisDown * 1000);
-        redis = startRedis();
+        if (args.cluster) {
+          const m = masterOf("{tf}:ready");
+          log(`${at()}  the queue's slot is served by ${m} (${m && m !== redisPort ? "its replica took over" : "not yet taken over"})`);
+          if (!(m && m !== redisPort)) failed.push("no replica took over the killed master's slots");
+        }
+        startNode(redisPort);
         const tr = performance.now();
-        events.push([since(), "Redis back"]);
+        events.push([since(), args.cluster ? "old master back (a replica)" : "Redis back"]);
         // Fences survive (AOF): once the old lock expired, a new lock's fence is above the old
         // one; it may write; the old fence may not, ever again.
         const after = await any(async (a) => { await sleep(1100); return a.post(`/v1/locks/${K}`, { ttl_ms: 5000 }); });
@@ -208,10 +258,10 @@ try {
         const put3 = await put(before.fence);
         log(`${at()}  Redis restarted; new lock fence ${after.fence} > old ${before.fence}: ${after.fence > before.fence}; ` +
           `write with the new fence ${put2}, with the old one ${put3}`);
-        if (!(after.fence > before.fence)) failed.push("a fence repeated across the Redis restart");
+        if (!(after.fence > before.fence)) failed.push(`a fence repeated across the ${args.cluster ? "failover" : "Redis restart"}`);
         if (put2 !== 200) failed.push(`a write with the new lock's fence answered ${put2}`);
         if (put3 !== 409) failed.push(`a cache write with an older fence was accepted (${put3})`);
-        recovery("Redis restart", tr);
+        recovery(args.cluster ? "master failover" : "Redis restart", tr);
       }
       if (!serverDone && s >= plan.serverAt) {
         serverDone = true;
@@ -298,8 +348,8 @@ try {
   const counters = await Promise.all(api.map((a) => a.get("/v1/dashboard").then((d) => d.counters)));
 
   // ---- the report ------------------------------------------------------------------------
-  log(`\n== chaos run: ${ids.length} jobs, ${args.workers} browser workers, 2 servers on Redis (AOF), ${secs.toFixed(1)} s`);
-  log(`faults: ${killed} worker(s) terminated and restarted (every ${plan.killEvery} s), Redis kill -9 once (down ${plan.redisDown} s), server B stopped ${plan.serverDown} s once`);
+  log(`\n== chaos run: ${ids.length} jobs, ${args.workers} browser workers, 2 servers on ${args.cluster ? "a Redis Cluster, 3 masters + 3 replicas" : "Redis"} (AOF), ${secs.toFixed(1)} s`);
+  log(`faults: ${killed} worker(s) terminated and restarted (every ${plan.killEvery} s), ${args.cluster ? "the queue's master" : "Redis"} kill -9 once (down ${plan.redisDown} s), server B stopped ${plan.serverDown} s once`);
   log(`outcome: ${JSON.stringify(byState)}; lost ${lost.length}; dead letters without a reason ${unexplained.length}`);
   log(`duplicates processed (deliveries beyond the first, from each job's attempt count: leases of killed workers expiring, leases lost): ${dupes}; jobs by attempts ${JSON.stringify(attempts)}`);
   log(`vectors: ${done.length - mismatched}/${done.length} done vectors equal a fresh embed of their text bit for bit; cache entries checked ${Math.ceil(done.length / step)}: ${cacheMismatched} differ, ${cacheMissing} absent`);

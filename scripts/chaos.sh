@@ -7,8 +7,10 @@
 # duplicates processed, recovery times and throughput over time, and saves a PNG plot of it.
 # Ends with `chaos: ok`.
 #
-# Usage: scripts/chaos.sh [--jobs N] [--workers W] [--short] [--out DIR]
+# Usage: scripts/chaos.sh [--jobs N] [--workers W] [--short] [--cluster] [--out DIR]
 #   --short   the form scripts/test.sh runs: a compressed fault schedule (pass --jobs too)
+#   --cluster on a Redis Cluster (3 masters + 3 replicas): the Redis fault is the queue's master
+#             killed (-9), its replica taking over, the old master rejoining as a replica
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ARGS=("$@")

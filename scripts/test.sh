@@ -127,6 +127,13 @@ chaos_short() {
     --model models/ternlight-int4.bin --short --jobs 1000 --workers 2
 }
 run chaos-short chaos_short
+# The same on a Redis Cluster (3 masters + 3 replicas): the fault is the queue's master killed
+# (-9); its replica takes over, the old master rejoins as a replica; every confirmed job done.
+chaos_short_cluster() {
+  node scripts/chaos.mjs --bin "${CARGO_TARGET_DIR:-target}/debug/ternflow" \
+    --model models/ternlight-int4.bin --short --cluster --jobs 1000 --workers 2
+}
+run chaos-short-cluster chaos_short_cluster
 
 echo
 [ ${#failed_steps[@]} -eq 0 ] || echo "failed steps: ${failed_steps[*]}"

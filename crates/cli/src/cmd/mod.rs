@@ -4,7 +4,8 @@
 //! # Layout
 //! - [`embed`], [`bench`], [`gen_model`]: the engine alone (vectors of stdin lines; latency and
 //!   throughput; a random valid model file).
-//! - [`serve`]: the companion server; [`bench_server`]: its throughput over real HTTP.
+//! - [`serve`]: the companion server; [`bench_server`]: its throughput over real HTTP;
+//!   [`bench_queue`]: a Redis store's queue alone, over many tenants (Redis Cluster scaling).
 //! - [`enqueue`], [`stats`], [`results`]: a server's client (submit jobs; depth, counters and
 //!   workers; finished jobs' vectors), sharing [`client`]'s options.
 //! - [`token`]: `token mint`, a signed tenant token.
@@ -12,6 +13,7 @@
 use clap::{Parser, Subcommand};
 
 pub mod bench;
+pub mod bench_queue;
 pub mod bench_server;
 pub mod client;
 pub mod embed;
@@ -51,6 +53,8 @@ pub enum Command {
     Stats(stats::Args),
     /// Measure server throughput: jobs, cache GET, backend embed.
     BenchServer(bench_server::Args),
+    /// Measure a Redis store's queue alone: enqueue, claim, ack over many tenants.
+    BenchQueue(bench_queue::Args),
     /// Export finished jobs' vectors as JSON lines or `.npy`, by id.
     Results(results::Args),
     /// Mint short-lived signed tokens (role, tenant, expiry) for browser workers.
@@ -68,6 +72,7 @@ impl Command {
             Self::Enqueue(a) => enqueue::run(a),
             Self::Stats(a) => stats::run(a),
             Self::BenchServer(a) => bench_server::run(a),
+            Self::BenchQueue(a) => bench_queue::run(a),
             Self::Token(a) => token::run(a),
             Self::Results(a) => results::run(a),
         }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use ternflow_server::jwt::Keys;
 use ternflow_server::tenants::StoreFactory;
 use ternflow_server::{
-    AppState, Config, EngineEmbedder, RedisStore, Role, SqliteStore, Store, Synchronous, Tokens,
+    AppState, Config, Durability, EngineEmbedder, RedisStore, Role, SqliteStore, Store,
+    Synchronous, Tokens,
 };
 
 use super::CmdResult;
@@ -20,7 +21,9 @@ pub struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8787", env = "TERNFLOW_ADDR")]
     pub addr: String,
-    /// `embedded` (a SQLite database in --data-dir) or a Redis URL (`redis://host:6379/0`).
+    /// `embedded` (a SQLite database in --data-dir), one Redis (`redis://host:6379/0`,
+    /// `rediss://…`) or a Redis Cluster by its seed nodes
+    /// (`redis-cluster://HOST:PORT,HOST:PORT,…`; Valkey too).
     #[arg(long, default_value = "embedded", env = "TERNFLOW_STORE")]
     pub store: String,
     /// Directory of the embedded store.
@@ -33,6 +36,15 @@ pub struct Args {
     /// Key prefix in Redis (several deployments can share one Redis).
     #[arg(long, default_value = "tf", env = "TERNFLOW_REDIS_PREFIX")]
     pub redis_prefix: String,
+    /// Redis: replicas that must hold an enqueue, ack, nack or redrive before it is confirmed
+    /// (`WAIT`). Default 1 on a `redis-cluster://` store, 0 on `redis://` (docs/redis-cluster.md
+    /// says what each loses in which failure).
+    #[arg(long, env = "TERNFLOW_REDIS_WAIT_REPLICAS")]
+    pub redis_wait_replicas: Option<u32>,
+    /// Redis: how long a write waits for those replicas before it is reported unconfirmed
+    /// (503 `store_unavailable`; retrying it is safe).
+    #[arg(long, default_value_t = 1_000, env = "TERNFLOW_REDIS_WAIT_TIMEOUT_MS")]
+    pub redis_wait_timeout_ms: u64,
     /// TERN v1 model for `POST /v1/embed` (default: models/ternlight-int4.bin when present).
     #[arg(long, env = "TERNFLOW_MODEL")]
     pub model: Option<PathBuf>,
@@ -239,6 +251,7 @@ fn tenant_factory(args: &Args) -> StoreFactory {
     let dir = args.data_dir.join("tenants");
     let prefix = args.redis_prefix.clone();
     let full = args.fsync_always;
+    let redis = RedisOptions::of(args);
     Arc::new(move |tenant: String| {
         let (store, dir, prefix) = (store.clone(), dir.join(&tenant), prefix.clone());
         Box::pin(async move {
@@ -250,11 +263,44 @@ fn tenant_factory(args: &Args) -> StoreFactory {
                 };
                 Arc::new(SqliteStore::open(&dir, sync)?)
             } else {
-                Arc::new(RedisStore::connect(&store, &format!("{prefix}:t:{tenant}")).await?)
+                Arc::new(redis.open(&store, &format!("{prefix}:t:{tenant}")).await?)
             };
             Ok(s)
         })
     })
+}
+
+/// How every Redis store of this server is opened: the default tenant's and each signed
+/// tenant's alike.
+#[derive(Clone, Copy)]
+struct RedisOptions {
+    wait_replicas: Option<u32>,
+    wait_timeout_ms: u64,
+    done_retention_ms: Option<u64>,
+}
+
+impl RedisOptions {
+    fn of(args: &Args) -> Self {
+        RedisOptions {
+            wait_replicas: args.redis_wait_replicas,
+            wait_timeout_ms: args.redis_wait_timeout_ms,
+            done_retention_ms: args.done_retention_secs.map(|s| s.saturating_mul(1_000)),
+        }
+    }
+
+    async fn open(self, url: &str, prefix: &str) -> ternflow_server::Result<RedisStore> {
+        let default = Durability::default_for(url);
+        let mut s = RedisStore::connect(url, prefix)
+            .await?
+            .with_durability(Durability {
+                replicas: self.wait_replicas.unwrap_or(default.replicas),
+                timeout: std::time::Duration::from_millis(self.wait_timeout_ms),
+            });
+        if let Some(ms) = self.done_retention_ms {
+            s = s.with_done_retention(ms);
+        }
+        Ok(s)
+    }
 }
 
 fn tokens(args: &Args) -> Result<Tokens, Box<dyn std::error::Error>> {
@@ -386,14 +432,14 @@ pub fn run(args: Args) -> CmdResult {
                 s = s.with_done_retention(secs.saturating_mul(1_000));
             }
             Arc::new(s)
-        } else if args.store.starts_with("redis://") || args.store.starts_with("rediss://") {
-            let mut s = RedisStore::connect(&args.store, &args.redis_prefix).await?;
-            if let Some(secs) = args.done_retention_secs {
-                s = s.with_done_retention(secs.saturating_mul(1_000));
-            }
-            Arc::new(s)
+        } else if ternflow_server::is_redis_url(&args.store) {
+            Arc::new(RedisOptions::of(&args).open(&args.store, &args.redis_prefix).await?)
         } else {
-            return Err(format!("--store must be `embedded` or a redis:// URL, not {:?}", args.store).into());
+            return Err(format!(
+                "--store must be `embedded`, a redis:// URL or redis-cluster://HOST:PORT,…, not {:?}",
+                args.store
+            )
+            .into());
         };
         let tenant_stores = tenant_factory(&args);
         let mut state = AppState::new(store, tokens, config)
