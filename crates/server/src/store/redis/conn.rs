@@ -40,7 +40,7 @@ pub fn is_redis_url(url: &str) -> bool {
 pub(super) enum Client {
     Single(redis::Client),
     /// The client and its seed nodes (a second client with other timeouts is built from them).
-    Cluster(ClusterClient, Vec<String>),
+    Cluster(Box<ClusterClient>, Vec<String>),
 }
 
 impl Client {
@@ -80,7 +80,7 @@ impl Client {
             .min_retry_wait(50)
             .max_retry_wait(1_000)
             .build()
-            .map(|c| Client::Cluster(c, nodes))
+            .map(|c| Client::Cluster(Box::new(c), nodes))
             .map_err(store_err)
     }
 
