@@ -76,7 +76,7 @@ const waitHttp = async (url, ms = 20000) => {
 };
 
 // ---- Redis (AOF, fsync always), or a Redis Cluster, and two servers on it ---------------
-const cli = (port, ...a) => execFileSync("redis-cli", ["-p", String(port), ...a], { encoding: "utf8" });
+const cli = (port, ...a) => execFileSync("redis-cli", ["-p", String(port), ...a], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
 const nodePorts = [];
 for (let i = 0; i < (args.cluster ? 6 : 1); i++) nodePorts.push(await freePort());
 const nodes = new Map(); // port → child
@@ -250,6 +250,23 @@ try {
         }
         startNode(redisPort);
         const tr = performance.now();
+        if (args.cluster) {
+          // Confirmed writes wait for one replica: the promoted master has one again once the
+          // old node has rejoined as its replica and synced.
+          (async () => {
+            for (let i = 0; i < 600; i++) {
+              try {
+                const r = cli(redisPort, "info", "replication");
+                if (r.includes("role:slave") && r.includes("master_link_status:up")) {
+                  log(`${at()}  the old master (${redisPort}) is a replica again, synced, ${((performance.now() - tr) / 1000).toFixed(1)} s after its restart`);
+                  return;
+                }
+              } catch {}
+              await sleep(100);
+            }
+            log(`${at()}  the old master (${redisPort}) did not rejoin as a synced replica within 60 s`);
+          })();
+        }
         events.push([since(), args.cluster ? "old master back (a replica)" : "Redis back"]);
         // Fences survive (AOF): once the old lock expired, a new lock's fence is above the old
         // one; it may write; the old fence may not, ever again.
@@ -345,7 +362,12 @@ try {
   }
   if (mismatched) failed.push(`${mismatched} done vector(s) differ from a fresh embed of their text`);
   if (cacheMismatched) failed.push(`${cacheMismatched} cache entr(ies) differ from a fresh embed`);
-  const counters = await Promise.all(api.map((a) => a.get("/v1/dashboard").then((d) => d.counters)));
+  // Each server's own counters (retried: a store may still answer 503 for a moment).
+  const counters = await Promise.all(api.map(async (a) => {
+    for (let i = 0; ; i++) {
+      try { return (await a.get("/v1/dashboard")).counters; } catch (e) { if (i > 100) throw e; await sleep(100); }
+    }
+  }));
 
   // ---- the report ------------------------------------------------------------------------
   log(`\n== chaos run: ${ids.length} jobs, ${args.workers} browser workers, 2 servers on ${args.cluster ? "a Redis Cluster, 3 masters + 3 replicas" : "Redis"} (AOF), ${secs.toFixed(1)} s`);

@@ -173,6 +173,11 @@ async fn a_master_killed_under_load_loses_no_confirmed_job() {
         }));
     }
 
+    // Connected before the failover, used after it: its slot map is stale then, and its
+    // pipelines (status, depth) must find the new master.
+    let check = RedisStore::connect(&url, PREFIX).await.unwrap();
+    check.depth(now()).await.unwrap();
+
     // Let work flow, then kill the master that holds the queue's slot.
     while log.lock().unwrap().acked_at.len() < 500 {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -212,7 +217,12 @@ async fn a_master_killed_under_load_loses_no_confirmed_job() {
     );
 
     let log = log.lock().unwrap();
-    let check = RedisStore::connect(&url, PREFIX).await.unwrap();
+    let depth = check.depth(now()).await.unwrap();
+    assert_eq!(
+        (depth.ready, depth.leased, depth.dead),
+        (0, 0, 0),
+        "all drained"
+    );
     let mut lost = Vec::new();
     for id in &log.confirmed {
         match check.status(id).await.unwrap().map(|s| s.state) {

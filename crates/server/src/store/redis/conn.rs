@@ -144,7 +144,23 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => Box::pin(async move {
+                // The cluster client follows MOVED/ASK for single commands (and re-reads the
+                // slot map), not for pipelines: after a failover a pipeline to the moved slot
+                // would fail until something else refreshed the map. One command to the
+                // pipeline's first key (a read) makes the client learn the new owner; then the
+                // pipeline (reads, or idempotent writes) is sent once more.
+                let first = c.req_packed_commands(pipeline, offset, count).await;
+                if !redirected(&first) {
+                    return first;
+                }
+                if let Some(key) = first_key(pipeline) {
+                    let mut probe = redis::cmd("EXISTS");
+                    probe.arg(key);
+                    let _ = c.req_packed_command(&probe).await;
+                }
+                c.req_packed_commands(pipeline, offset, count).await
+            }),
         }
     }
 
@@ -153,6 +169,25 @@ impl ConnectionLike for Conn {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
         }
+    }
+}
+
+/// Whether a pipeline's reply (or one of its commands') is a MOVED or ASK redirection.
+fn redirected(reply: &redis::RedisResult<Vec<Value>>) -> bool {
+    use redis::ServerErrorKind::{Ask, Moved};
+    match reply {
+        Err(e) => e.redirect_node().is_some(),
+        Ok(values) => values
+            .iter()
+            .any(|v| matches!(v, Value::ServerError(e) if matches!(e.kind(), Some(Moved | Ask)))),
+    }
+}
+
+/// The first key of a pipeline's first command (its first argument after the name).
+fn first_key(pipeline: &Pipeline) -> Option<Vec<u8>> {
+    match pipeline.cmd_iter().next()?.args_iter().nth(1)? {
+        redis::Arg::Simple(k) => Some(k.to_vec()),
+        _ => None,
     }
 }
 
