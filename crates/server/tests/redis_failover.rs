@@ -216,20 +216,21 @@ async fn a_master_killed_under_load_loses_no_confirmed_job() {
         "the replica that took over keeps the slot"
     );
 
-    let log = log.lock().unwrap();
     let depth = check.depth(now()).await.unwrap();
     assert_eq!(
         (depth.ready, depth.leased, depth.dead),
         (0, 0, 0),
         "all drained"
     );
+    let confirmed: Vec<String> = log.lock().unwrap().confirmed.iter().cloned().collect();
     let mut lost = Vec::new();
-    for id in &log.confirmed {
+    for id in &confirmed {
         match check.status(id).await.unwrap().map(|s| s.state) {
             Some(JobState::Done { .. }) => {}
             other => lost.push((id.clone(), other)),
         }
     }
+    let log = log.lock().unwrap();
     let duplicated: Vec<_> = log
         .completions
         .iter()

@@ -77,7 +77,6 @@ pub(super) async fn head(con: &mut Conn, stream: &str, evseq: &str) -> redis::Re
 pub(super) fn spawn_reader(
     client: Client,
     stream: String,
-    evseq: String,
     start: Head,
     tx: broadcast::Sender<NumberedEvent>,
     last: Arc<AtomicU64>,
@@ -99,13 +98,10 @@ pub(super) fn spawn_reader(
                 },
             };
             if std::mem::take(&mut lost) {
-                // Numbered with the counter now: events up to it may be among the lost ones;
-                // later ones arrive.
-                let now = match head(c, &stream, &evseq).await {
-                    Ok(h) => h.last_id,
-                    Err(_) => 0,
-                };
-                let id = last.fetch_max(now, Ordering::Relaxed).max(now);
+                // Numbered with the last id forwarded: the reader resumes after its cursor, so
+                // every entry still in the stream arrives after the reset, numbered above it;
+                // what may be gone (a failover's last entries) is what the reset covers.
+                let id = last.load(Ordering::Relaxed);
                 let _ = tx.send(crate::sse::reset(id, "subscription_lost"));
             }
             let read: redis::RedisResult<Option<StreamReadReply>> = redis::cmd("XREAD")

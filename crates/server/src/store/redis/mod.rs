@@ -239,14 +239,8 @@ impl RedisStore {
             .await
             .map_err(store_err)?;
         let last_event = Arc::new(AtomicU64::new(start.last_id));
-        let subscriber = events::spawn_reader(
-            client,
-            stream,
-            evseq,
-            start,
-            events.clone(),
-            last_event.clone(),
-        );
+        let subscriber =
+            events::spawn_reader(client, stream, start, events.clone(), last_event.clone());
         Ok(RedisStore {
             con,
             prefix,
