@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::cluster::RedisCluster;
-use ternflow_core::protocol::{JobResult, JobState, ResultSource, Vector};
+use ternflow_core::protocol::JobState;
 use ternflow_server::store::{AckOutcome, JobRecord, QueueStore};
 use ternflow_server::RedisStore;
 
@@ -28,25 +28,9 @@ fn now() -> u64 {
         .as_millis() as u64
 }
 
+/// Job `i` of the run.
 fn job(i: usize) -> JobRecord {
-    JobRecord {
-        id: format!("j{i:05}"),
-        text: format!("text {i}"),
-        model_id: "m".to_owned(),
-        priority: 0,
-        available_at: 0,
-        meta: None,
-        trace_id: "0af7651916cd43dd8448eb211c80319c".to_owned(),
-    }
-}
-
-fn result() -> JobResult {
-    JobResult {
-        model_id: "m".to_owned(),
-        vector: Vector(vec![1.0, 2.0]),
-        source: ResultSource::Backend,
-        by: None,
-    }
+    common::job(&format!("j{i:05}"))
 }
 
 #[derive(Default)]
@@ -150,7 +134,10 @@ async fn a_master_killed_under_load_loses_no_confirmed_job() {
                 for j in claimed.jobs {
                     // An ack is retried (idempotent for its lease) until it is answered.
                     for _ in 0..100 {
-                        match store.ack(&j.id, &j.lease.token, result(), now()).await {
+                        match store
+                            .ack(&j.id, &j.lease.token, common::result(), now())
+                            .await
+                        {
                             Ok(AckOutcome::Done { .. } | AckOutcome::Repeated) => {
                                 let mut l = log.lock().unwrap();
                                 l.completions

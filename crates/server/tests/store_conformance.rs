@@ -6,10 +6,8 @@ mod common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use ternflow_core::protocol::{JobResult, JobState, ResultSource, Vector};
-use ternflow_server::store::{
-    CacheStore, Fenced, JobRecord, LockOutcome, LockStore, PutOutcome, QueueStore,
-};
+use ternflow_core::protocol::{JobState, Vector};
+use ternflow_server::store::{CacheStore, Fenced, LockOutcome, LockStore, PutOutcome, QueueStore};
 use ternflow_server::{MemoryStore, RedisStore, SqliteStore, Synchronous};
 
 // One test per conformance case per store (`cargo test --test store_conformance sqlite::locks`).
@@ -93,26 +91,7 @@ mod valkey_cluster {
     ternflow_server::store_conformance_tests!(super::fresh_valkey_cluster);
 }
 
-fn job(id: &str) -> JobRecord {
-    JobRecord {
-        id: id.to_owned(),
-        text: format!("text {id}"),
-        model_id: "m".to_owned(),
-        priority: 0,
-        available_at: 0,
-        meta: None,
-        trace_id: "0af7651916cd43dd8448eb211c80319c".to_owned(),
-    }
-}
-
-fn result() -> JobResult {
-    JobResult {
-        model_id: "m".to_owned(),
-        vector: Vector(vec![1.0]),
-        source: ResultSource::Backend,
-        by: None,
-    }
-}
+use common::{job, result};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sqlite_reopen_keeps_leases_locks_and_growing_fences() {

@@ -288,3 +288,26 @@ impl Api {
         self.get(Some(WORKER), &format!("/v1/jobs/{id}")).await
     }
 }
+
+/// A job record with the text `text {id}` and model `m`, ready at once.
+pub fn job(id: &str) -> ternflow_server::store::JobRecord {
+    ternflow_server::store::JobRecord {
+        id: id.to_owned(),
+        text: format!("text {id}"),
+        model_id: "m".to_owned(),
+        priority: 0,
+        available_at: 0,
+        meta: None,
+        trace_id: "0af7651916cd43dd8448eb211c80319c".to_owned(),
+    }
+}
+
+/// A result of model `m` with a one-number vector.
+pub fn result() -> ternflow_core::protocol::JobResult {
+    ternflow_core::protocol::JobResult {
+        model_id: "m".to_owned(),
+        vector: ternflow_core::protocol::Vector(vec![1.0]),
+        source: ternflow_core::protocol::ResultSource::Backend,
+        by: None,
+    }
+}

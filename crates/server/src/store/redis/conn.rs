@@ -73,13 +73,7 @@ impl Client {
                 None => format!("redis://{h}"),
             })
             .collect();
-        ClusterClient::builder(nodes.clone())
-            .response_timeout(RESPONSE_TIMEOUT)
-            .connection_timeout(Duration::from_secs(2))
-            .retries(6)
-            .min_retry_wait(50)
-            .max_retry_wait(1_000)
-            .build()
+        cluster_client(&nodes, RESPONSE_TIMEOUT)
             .map(|c| Client::Cluster(Box::new(c), nodes))
             .map_err(store_err)
     }
@@ -109,15 +103,27 @@ impl Client {
                 )
                 .await
                 .map(Conn::Single),
-            Client::Cluster(_, nodes) => {
-                let c = ClusterClient::builder(nodes.clone())
-                    .response_timeout(timeout)
-                    .connection_timeout(Duration::from_secs(2))
-                    .build()?;
-                c.get_async_connection().await.map(Conn::Cluster)
-            }
+            Client::Cluster(_, nodes) => cluster_client(nodes, timeout)?
+                .get_async_connection()
+                .await
+                .map(Conn::Cluster),
         }
     }
+}
+
+/// A cluster client of the seed `nodes` whose commands time out after `response_timeout`
+/// (retried a few times across a failover, up to about a second apart).
+fn cluster_client(
+    nodes: &[String],
+    response_timeout: Duration,
+) -> redis::RedisResult<ClusterClient> {
+    ClusterClient::builder(nodes.to_vec())
+        .response_timeout(response_timeout)
+        .connection_timeout(Duration::from_secs(2))
+        .retries(6)
+        .min_retry_wait(50)
+        .max_retry_wait(1_000)
+        .build()
 }
 
 /// One server's connection manager (reconnects by itself) or a cluster connection (follows the
