@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Broad-corpus distillation (issue 13), end to end and resumable: every step skips what is done.
 #   TERN_WORK=/work/cache/model/work bash train/run_broad.sh
-#   BUDGET=65 (minutes of training-step time), RESUME=1 (continue the run from its last checkpoint)
+#   BUDGET=65 (minutes of training-step time), RESUME=1 (continue the run from its last checkpoint),
+#   DATA_ONLY=1 (corpus, sets and teacher labels only)
 # Everything large lives in $TERN_WORK (outside git).  CPU: heavy steps niced, 2 threads.
 # GPU: the same commands run on a CUDA machine once `pip install "jax[cuda12]==0.10.2"` replaces the CPU
 # jaxlib (XLA picks the GPU; pass --batch 512 for speed); the inputs that a GPU run needs are
@@ -44,6 +45,9 @@ for f in "$W"/test_*.txt "$W/dev.tsv" "$OLD/test.txt"; do
 done
 [ -f "$W/dev_ents_teacher.npy" ] || $PY train/label.py --files "$W/dev_ents.tsv"
 $PY train/pool.py append-dev ents
+
+# DATA_ONLY=1: stop here (run_real.sh and run_realq.sh build on this data and train themselves)
+[ "${DATA_ONLY:-0}" = 1 ] && { echo "run_broad.sh: data ready (DATA_ONLY=1)"; exit 0; }
 
 # 4. distillation from the shipped model
 if [ "${RESUME:-0}" = 1 ]; then R=--resume; else R=; fi
