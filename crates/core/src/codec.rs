@@ -57,6 +57,18 @@ impl From<Vec<f32>> for Vector {
     }
 }
 
+/// The schema of what [`Vector`]'s serde writes and reads: a base64 string.
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Vector {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Vector".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string", "format": "byte" })
+    }
+}
+
 impl Serialize for Vector {
     fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         s.serialize_str(&encode_vector(&self.0))

@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 /// A tenant's quotas (see the [module docs](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Quotas {
     /// Most jobs pending at once.
     pub max_queue: u64,

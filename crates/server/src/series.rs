@@ -22,6 +22,7 @@ pub const MAX_ALERTS: usize = 100;
 
 /// One point of every chart.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Sample {
     /// When it was taken (Unix ms).
     pub t: u64,
@@ -60,6 +61,7 @@ pub struct Sample {
 
 /// Something an operator should look at.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Alert {
     /// When it was noticed (Unix ms).
     pub t: u64,

@@ -36,6 +36,7 @@ struct Entry {
 
 /// One row of the dashboard's worker table.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct WorkerRow {
     /// The latest snapshot.
     #[serde(flatten)]

@@ -87,6 +87,7 @@ pub(crate) struct SinceQuery {
 
 /// `GET /v1/dashboard` body.
 #[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub(crate) struct Dashboard {
     /// The server's clock (Unix ms).
     now: u64,
@@ -112,6 +113,7 @@ pub(crate) struct Dashboard {
 
 /// One open tenant in the dashboard.
 #[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub(crate) struct TenantRow {
     name: String,
     workers: usize,

@@ -22,6 +22,7 @@ pub(crate) async fn healthz() -> &'static str {
 
 /// `GET /readyz` body.
 #[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub(crate) struct Readiness {
     ready: bool,
     /// `ok`, or why the probe write failed.

@@ -7,6 +7,8 @@
 //!   inference, with its budgets), `model` (the model file, public).
 //! - `metrics` (Prometheus, stats, worker snapshots), `dashboard` (the page, its data, search),
 //!   `health` (`/healthz`, `/readyz`, public), `quarantine` (quarantined worker identities).
+//! - `openapi_check` (tests): the served `openapi.json`, compared field by field with the serde
+//!   types it documents.
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{header, HeaderName, HeaderValue, Method};
@@ -33,6 +35,8 @@ pub(crate) mod jobs;
 pub(crate) mod locks;
 pub(crate) mod metrics;
 pub(crate) mod model;
+#[cfg(test)]
+mod openapi_check;
 pub(crate) mod quarantine;
 
 const OPENAPI: &str = include_str!("../../openapi.json");

@@ -20,6 +20,7 @@ const MAX_LISTED: usize = 1_000;
 
 /// One quarantined identity.
 #[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub(crate) struct Quarantined {
     sub: String,
     since: u64,
@@ -28,6 +29,7 @@ pub(crate) struct Quarantined {
 
 /// `GET /v1/quarantine` response.
 #[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub(crate) struct QuarantineList {
     quarantined: Vec<Quarantined>,
 }
