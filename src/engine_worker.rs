@@ -7,12 +7,10 @@
 //! [`TEXTS_PER_MESSAGE`] per message (so vectors stream back while a big batch is still being
 //! embedded); each message's vectors come back as one transferred `Float32Array`.
 //!
-//! Messages, pipeline worker → engine worker: `{type: "init", module}` (sent by the factory in
-//! `www/worker.js`: the compiled `WebAssembly.Module`, so the wasm is neither fetched nor compiled
-//! twice), `{type: "load", id, bytes}`, `{type: "embed", id, texts}`. Back: `{type: "loaded", id,
-//! modelId, dim, memoryBytes}`, `{type: "refused", id, message}` (the engine rejected the model),
-//! `{type: "embedded", id, vectors, memoryBytes}` (`memoryBytes`: its wasm memory), `{type: "broken", message}` (the wasm could not start or an
-//! embed threw: the worker is unusable).
+//! Messages: [`ToEngine`] and [`FromEngine`] (core's `messages`), read on the other side by the
+//! wasm's `engineHandle` ([`crate::engine_entry`]). Before them the factory in `www/worker.js`
+//! sends `{type: "init", module}`: the compiled `WebAssembly.Module`, so the wasm is neither
+//! fetched nor compiled twice.
 //!
 //! A worker that errors, breaks, or stays silent for [`DEADLINE_MS`] while it owes an answer is
 //! terminated and every text waiting on it is answered with [`Gone`]; its owner
@@ -24,6 +22,8 @@ use std::rc::Rc;
 
 use futures_channel::oneshot;
 use futures_util::future::{select, Either};
+use serde::Serialize;
+use ternflow_core::messages::{FromEngine, ToEngine};
 use ternflow_core::ports::Clock;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -110,15 +110,6 @@ impl std::fmt::Debug for EngineWorker {
     }
 }
 
-fn get(v: &JsValue, k: &str) -> JsValue {
-    js_sys::Reflect::get(v, &JsValue::from_str(k)).unwrap_or(JsValue::UNDEFINED)
-}
-
-fn set(o: &js_sys::Object, k: &str, v: &JsValue) {
-    // Setting a property on a fresh plain object cannot fail.
-    let _ = js_sys::Reflect::set(o, &JsValue::from_str(k), v);
-}
-
 impl Inner {
     /// Registers a request awaiting its answer; the silence clock starts if none was owed.
     fn expect(&self, id: u32, w: Waiter) {
@@ -135,7 +126,7 @@ impl Inner {
         id
     }
 
-    fn post(&self, msg: &js_sys::Object, transfer: Option<&js_sys::Array>) -> Result<(), Gone> {
+    fn post(&self, msg: &JsValue, transfer: Option<&js_sys::Array>) -> Result<(), Gone> {
         let r = match transfer {
             Some(t) => self.worker.post_message_with_transfer(msg, t),
             None => self.worker.post_message(msg),
@@ -181,17 +172,9 @@ impl Inner {
         let mut rest = queued.into_iter().peekable();
         while rest.peek().is_some() {
             let part: Vec<(String, VectorReply)> = rest.by_ref().take(TEXTS_PER_MESSAGE).collect();
-            let texts = js_sys::Array::new_with_length(part.len() as u32);
-            let mut replies = Vec::with_capacity(part.len());
-            for (i, (t, tx)) in part.into_iter().enumerate() {
-                texts.set(i as u32, JsValue::from_str(&t));
-                replies.push(tx);
-            }
+            let (texts, replies): (Vec<String>, Vec<VectorReply>) = part.into_iter().unzip();
             let id = self.id();
-            let msg = js_sys::Object::new();
-            set(&msg, "type", &JsValue::from_str("embed"));
-            set(&msg, "id", &JsValue::from(id));
-            set(&msg, "texts", &texts);
+            let msg = to_js(&ToEngine::Embed { id, texts });
             self.expect(id, Waiter::Embed(replies));
             if let Err(g) = self.post(&msg, None) {
                 self.kill(g);
@@ -202,37 +185,44 @@ impl Inner {
 
     fn receive(&self, data: &JsValue) {
         self.last_progress.set(BrowserClock.now_ms());
-        if let Some(m) = get(data, "memoryBytes").as_f64() {
-            self.memory_bytes.set(m);
+        // The vectors (a typed array) are taken off before serde reads the rest: an internally
+        // tagged enum would buffer them number by number.
+        let vectors = js_sys::Reflect::get(data, &"vectors".into()).ok();
+        if let Some(o) = data.dyn_ref::<js_sys::Object>() {
+            let _ = js_sys::Reflect::delete_property(o, &"vectors".into());
         }
-        let kind = get(data, "type").as_string().unwrap_or_default();
-        if kind == "broken" {
-            let why = get(data, "message").as_string().unwrap_or_default();
-            self.kill(Gone(why));
-            return;
-        }
-        let Some(id) = get(data, "id").as_f64().map(|n| n as u32) else {
+        let msg = match serde_wasm_bindgen::from_value::<FromEngine>(data.clone()) {
+            Ok(msg) => msg,
+            Err(e) => return self.kill(Gone(format!("not an engine reply: {e}"))),
+        };
+        let (id, waiter) = match &msg {
+            FromEngine::Broken { message } => return self.kill(Gone(message.clone())),
+            FromEngine::Loaded {
+                id, memory_bytes, ..
+            }
+            | FromEngine::Embedded { id, memory_bytes } => {
+                self.memory_bytes.set(*memory_bytes);
+                (*id, self.waiting.borrow_mut().remove(id))
+            }
+            FromEngine::Refused { id, .. } => (*id, self.waiting.borrow_mut().remove(id)),
+        };
+        let Some(waiter) = waiter else {
             return;
         };
-        let Some(waiter) = self.waiting.borrow_mut().remove(&id) else {
-            return;
-        };
-        match (kind.as_str(), waiter) {
-            ("loaded", Waiter::Load(tx)) => {
-                let dim = get(data, "dim").as_f64().unwrap_or(0.0) as usize;
-                self.dim.set(dim);
+        match (msg, waiter) {
+            (FromEngine::Loaded { model_id, dim, .. }, Waiter::Load(tx)) => {
+                self.dim.set(dim as usize);
                 let _ = tx.send(Ok(Loaded {
-                    model_id: get(data, "modelId").as_string().unwrap_or_default(),
-                    dim,
+                    model_id,
+                    dim: dim as usize,
                 }));
             }
-            ("refused", Waiter::Load(tx)) => {
-                let why = get(data, "message").as_string().unwrap_or_default();
-                let _ = tx.send(Err(LoadError::Refused(why)));
+            (FromEngine::Refused { message, .. }, Waiter::Load(tx)) => {
+                let _ = tx.send(Err(LoadError::Refused(message)));
             }
-            ("embedded", Waiter::Embed(txs)) => {
-                let all = get(data, "vectors")
-                    .dyn_into::<js_sys::Float32Array>()
+            (FromEngine::Embedded { .. }, Waiter::Embed(txs)) => {
+                let all = vectors
+                    .and_then(|v| v.dyn_into::<js_sys::Float32Array>().ok())
                     .map(|a| a.to_vec())
                     .unwrap_or_default();
                 let dim = self.dim.get();
@@ -252,9 +242,15 @@ impl Inner {
                     let _ = tx.send(Ok(v.to_vec()));
                 }
             }
-            (other, _) => self.kill(Gone(format!("unexpected answer `{other}` to request {id}"))),
+            (other, _) => self.kill(Gone(format!("unexpected answer {other:?} to request {id}"))),
         }
     }
+}
+
+/// `msg` as a JS object.
+fn to_js(msg: &ToEngine) -> JsValue {
+    msg.serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+        .unwrap_or(JsValue::NULL)
 }
 
 /// Waits for `rx`; when the worker has owed answers for its deadline without giving any, it is
@@ -373,10 +369,14 @@ impl EngineWorker {
         let id = self.inner.id();
         let (tx, rx) = oneshot::channel();
         self.inner.expect(id, Waiter::Load(tx));
-        let msg = js_sys::Object::new();
-        set(&msg, "type", &JsValue::from_str("load"));
-        set(&msg, "id", &JsValue::from(id));
-        set(&msg, "bytes", &copy.buffer());
+        // The bytes travel as a transferred ArrayBuffer, set over the serde message's empty
+        // `bytes` (the engine side reads either): the model is never copied into this worker's
+        // wasm memory.
+        let msg = to_js(&ToEngine::Load {
+            id,
+            bytes: Vec::new(),
+        });
+        let _ = js_sys::Reflect::set(&msg, &"bytes".into(), &copy.buffer());
         let transfer = js_sys::Array::of1(&copy.buffer());
         if let Err(g) = self.inner.post(&msg, Some(&transfer)) {
             self.inner.kill(g.clone());

@@ -15,10 +15,15 @@
 //!   backend embedder), `sse` (`EventSource` wake-ups and invalidations), `clock` (`Date.now`,
 //!   `setTimeout`), `cancel` (timeouts and the page's `AbortSignal` for `fetch`), `engine_port`
 //!   (the in-wasm engine as an embedder; model loading through the Cache API), `engine_worker`
-//!   (the engine in a nested worker of its own, so embeds never block the pipeline's thread), `worker` (the
-//!   message entry point), `settings` (the page's `config`: pipeline settings plus the adapter's,
-//!   unknown keys refused), `engine_api` (the engine's own JS class), `error` (the one error
-//!   enum).
+//!   (the engine in a nested worker of its own, so embeds never block the pipeline's thread;
+//!   `engine_entry` is that worker's side, `engineHandle`),
+//!   `settings` (the page's `config`: pipeline settings plus the adapter's, unknown keys
+//!   refused), `engine_api` (the engine's own JS class), `error` (the one error enum).
+//! - The Web Worker (wasm32 only): `worker` (the message entry point: typed page messages in,
+//!   replies out), `state` (the worker's engine, pipeline and settings), `queue_run` (the queue
+//!   loop with SSE wake-ups and metrics pushes), `page` (replies and events as JS values,
+//!   `postMessage`), `page_token` (tokens minted by the page).
+//! - `edge` (wasm32 only): the edge handler's HTTP entry (`handleHttp`), core's handler contract.
 //! - `browser` (wasm32 only): the adapters assembled — which type implements each port, and how a
 //!   pipeline is built from them (the dispatch that uses it is `worker`).
 //!
@@ -35,6 +40,10 @@ pub mod cancel;
 #[cfg(target_arch = "wasm32")]
 pub mod clock;
 #[cfg(target_arch = "wasm32")]
+pub mod edge;
+#[cfg(target_arch = "wasm32")]
+pub mod engine_entry;
+#[cfg(target_arch = "wasm32")]
 pub mod engine_port;
 #[cfg(target_arch = "wasm32")]
 pub mod engine_worker;
@@ -47,9 +56,17 @@ pub mod idb;
 #[cfg(target_arch = "wasm32")]
 pub mod local;
 #[cfg(target_arch = "wasm32")]
+mod page;
+#[cfg(target_arch = "wasm32")]
+mod page_token;
+#[cfg(target_arch = "wasm32")]
+mod queue_run;
+#[cfg(target_arch = "wasm32")]
 pub mod settings;
 #[cfg(target_arch = "wasm32")]
 pub mod sse;
+#[cfg(target_arch = "wasm32")]
+pub mod state;
 #[cfg(target_arch = "wasm32")]
 pub mod worker;
 

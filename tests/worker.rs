@@ -820,9 +820,18 @@ async fn stats_keep_their_counts_across_stop_and_a_new_init() {
     };
     let handle = |json: String| ternflow::worker::handle(msg(json));
     handle(format!(r#"{{"type":"init","id":1,"server":{server}}}"#)).await;
-    ternflow::worker::load_model_bytes(MODEL.to_vec())
-        .await
-        .unwrap();
+    // The page's loadModelBytes: a typed message carrying the bytes as a Uint8Array.
+    let load = js_sys::Object::new();
+    for (k, v) in [
+        ("type", JsValue::from_str("loadModelBytes")),
+        ("id", JsValue::from(9)),
+        ("bytes", js_sys::Uint8Array::from(MODEL).into()),
+    ] {
+        js_sys::Reflect::set(&load, &JsValue::from_str(k), &v).unwrap();
+    }
+    let ready = ternflow::worker::handle(load.into()).await;
+    let kind = js_sys::Reflect::get(&ready, &JsValue::from_str("type")).unwrap();
+    assert_eq!(kind.as_string().as_deref(), Some("ready"), "{ready:?}");
     // Each new text misses the local cache.
     let texts = [uniq("stats-a"), uniq("stats-b")];
     let r = handle(format!(

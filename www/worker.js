@@ -1,6 +1,6 @@
 // The Web Worker bootstrap: load the wasm, then forward every message to Rust and post the reply.
 // All logic (and the message types) live in Rust: see src/worker.rs and crates/core/src/messages.rs.
-import init, { handle, loadModelBytes, setEngineWorkerFactory } from "./ternflow.js";
+import init, { handle, setEngineWorkerFactory } from "./ternflow.js";
 import { publishedSibling, startModuleWorker } from "./common.js";
 
 // The literal form bundlers recognise (they emit the file and rewrite the URL).
@@ -57,16 +57,6 @@ self.onmessage = async (event) => {
     await ready;
   } catch (e) {
     if (msg?.type !== "cancel") self.postMessage({ type: "error", id: msg?.id ?? 0, ...e });
-    return;
-  }
-  if (msg && msg.type === "loadModelBytes") {
-    // Bytes arrive as a transferred ArrayBuffer; the engine copies them once into wasm memory.
-    try {
-      const modelId = await loadModelBytes(new Uint8Array(msg.bytes));
-      self.postMessage({ type: "ready", id: msg.id, modelId });
-    } catch (e) {
-      self.postMessage({ type: "error", id: msg.id, code: "bad_model", message: String(e.message ?? e) });
-    }
     return;
   }
   const reply = await handle(msg);

@@ -131,3 +131,35 @@ test("embedBatch answers every text in one call, equal to one embed per text", (
   assert.equal(engine.embedBatch([]).length, 0);
   engine.free();
 });
+
+test("a bundled model that is not a model answers 503 bad_model, in the contract's shape", async () => {
+  const broken = createHandler({ bindings, wasmModule, modelBytes: new TextEncoder().encode("<html>not a model</html>") });
+  const r = await broken(new Request("http://edge/embed", { method: "POST", body: '{"texts":["a"]}' }), {});
+  assert.equal(r.status, 503);
+  assert.equal(r.headers.get("content-type"), "application/json");
+  const body = await r.json();
+  assert.equal(body.error.code, "bad_model");
+  assert.ok(body.error.message.length > 0);
+});
+
+test("the engine worker's entry reads ToEngine and answers FromEngine", () => {
+  const copy = new Uint8Array(modelBytes).slice().buffer;
+  const loaded = bindings.engineHandle({ type: "load", id: 1, bytes: copy });
+  assert.equal(loaded.type, "loaded", JSON.stringify(loaded));
+  assert.equal(loaded.id, 1);
+  assert.ok(loaded.dim > 0 && loaded.memoryBytes > 0);
+  const texts = ["first text", "second"];
+  const r = bindings.engineHandle({ type: "embed", id: 2, texts });
+  assert.equal(r.type, "embedded");
+  assert.ok(r.vectors instanceof Float32Array);
+  const engine = new bindings.TernflowEngine(new Uint8Array(modelBytes));
+  assert.deepEqual(r.vectors, engine.embedBatch(texts), "the same bits as the engine's own batch");
+  engine.free();
+  const refused = bindings.engineHandle({ type: "load", id: 3, bytes: new Uint8Array([1, 2, 3]) });
+  assert.equal(refused.type, "refused");
+  assert.equal(refused.id, 3);
+  assert.equal(bindings.engineHandle({ type: "embed", id: 4, texts: ["still the first model"] }).type, "embedded");
+  const unknown = bindings.engineHandle({ type: "nope" });
+  assert.equal(unknown.type, "broken");
+  assert.match(unknown.message, /not an engine message/);
+});

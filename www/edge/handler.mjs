@@ -36,11 +36,8 @@ export function createWorker({ bindings, wasmModule, modelBytes }) {
       const r = await bindings.handle({ type: "init", id: 0, server, config: { workerId: "edge" } });
       if (r.type === "error") throw Object.assign(new Error(r.message), { code: r.code });
       if (modelBytes) {
-        try {
-          bindings.loadModelBytes(new Uint8Array(modelBytes));
-        } catch (e) {
-          throw Object.assign(new Error(String(e?.message ?? e)), { code: "bad_model" });
-        }
+        const m = await bindings.handle({ type: "loadModelBytes", id: 0, bytes: new Uint8Array(modelBytes) });
+        if (m.type === "error") throw Object.assign(new Error(m.message), { code: m.code });
       } else {
         const url = env?.TERNFLOW_MODEL_URL ?? (server ? `${server.url.replace(/\/$/, "")}/v1/model` : null);
         if (!url) throw Object.assign(new Error("no model: set TERNFLOW_MODEL_URL (or TERNFLOW_SERVER)"), { code: "no_model" });
@@ -52,7 +49,8 @@ export function createWorker({ bindings, wasmModule, modelBytes }) {
       throw e;
     }));
 
-  const error = (status, code, message) => Response.json({ error: { code, message } }, { status });
+  // Every reply, errors included, is the wasm's (the contract lives in Rust: core's http_handler).
+  const respond = ({ status, body }) => new Response(body, { status, headers: { "content-type": "application/json" } });
 
   async function queue(batch, env) {
     const summary = { acked: 0, retried: 0, reported: [] };
@@ -96,24 +94,13 @@ export function createWorker({ bindings, wasmModule, modelBytes }) {
     try {
       await setup(env);
     } catch (e) {
-      // A model or wasm that cannot load: the request says why.
-      return error(503, e.code ?? "bad_model", String(e.message ?? e));
+      // A model or wasm that cannot load: the request says why (in the contract's shape, when
+      // the wasm itself started).
+      const [code, message] = [e.code ?? "bad_model", String(e.message ?? e)];
+      if (code === "bad_wasm") return Response.json({ error: { code, message } }, { status: 503 });
+      return respond(bindings.httpError(503, code, message));
     }
-    if (request.method !== "POST") return error(405, "method_not_allowed", 'POST {"texts": [...]}');
-    let body;
-    try {
-      body = await request.json();
-    } catch {
-      return error(400, "bad_json", "the body is not JSON");
-    }
-    if (!Array.isArray(body?.texts) || !body.texts.every((t) => typeof t === "string")) {
-      return error(400, "bad_request", '"texts" must be an array of strings');
-    }
-    const r = await bindings.handle({ type: "embed", id: 1, texts: body.texts });
-    if (r.type === "error") return error(r.code === "text_too_long" ? 413 : 400, r.code, r.message);
-    return Response.json({
-      vectors: r.embeddings.map((e) => Array.from(e.vector)),
-      sources: r.embeddings.map((e) => e.source),
-    });
+    const body = new Uint8Array(await request.arrayBuffer());
+    return respond(await bindings.handleHttp(request.method, body));
   }
 }

@@ -23,7 +23,8 @@
 //! - [`retry`], [`breaker`], [`ratelimit`]: backoff with jitter, circuit breaker, token bucket;
 //!   [`rng`]: the seeded random source for jitter and tokens.
 //! - [`metrics`], [`trace`]: the metrics registry and W3C trace context.
-//! - [`messages`]: the typed page ⇄ worker messages.
+//! - [`messages`]: the typed page ⇄ worker messages; [`http_handler`]: the embedding handler's
+//!   HTTP contract (edge `fetch` and WASI `wasi:http` answer through it).
 //! - [`config`]: the worker's settings; [`error`]: the crate's one error enum; [`error_code`]:
 //!   every `code` ternflow reports (server, worker, npm package), one closed set.
 //! - [`memory`]: in-memory ports and a fake clock for tests (feature `testing`).
@@ -35,6 +36,7 @@ pub mod codec;
 pub mod config;
 pub mod error;
 pub mod error_code;
+pub mod http_handler;
 pub mod job;
 pub mod keys;
 mod lease_board;

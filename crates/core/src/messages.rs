@@ -1,4 +1,5 @@
-//! The typed messages between the page and the worker (`postMessage`), as serde enums.
+//! The typed messages between the page and the worker, and between the worker and its engine
+//! worker (`postMessage`), as serde enums.
 //!
 //! Requests carry an `id` the reply repeats, so the page can have many in flight. The JS glue in
 //! `www/` only forwards these objects; their shapes are defined here, once.
@@ -56,6 +57,18 @@ pub enum ToWorker {
         /// Expected SHA-256 of the file (hex), if known.
         #[serde(default)]
         sha256: Option<String>,
+        /// Post [`FromWorker::Progress`] events while it downloads.
+        #[serde(default)]
+        progress: bool,
+    },
+    /// Load a model from bytes the page already has (a transferred `ArrayBuffer` or a
+    /// `Uint8Array`): for pages that fetch it themselves, and the edge, which bundles it.
+    LoadModelBytes {
+        /// Request id.
+        id: u32,
+        /// The TERN v1 file.
+        #[serde(with = "serde_bytes")]
+        bytes: Vec<u8>,
     },
     /// Embed texts through the caches (no queue).
     Embed {
@@ -63,6 +76,18 @@ pub enum ToWorker {
         id: u32,
         /// The texts.
         texts: Vec<String>,
+        /// Post [`FromWorker::Progress`] events as texts finish.
+        #[serde(default)]
+        progress: bool,
+        /// One result or error per text (`embedMany(texts, {settle: true})`) instead of the
+        /// first failure failing the request.
+        #[serde(default)]
+        settle: bool,
+    },
+    /// The page's `AbortSignal` fired for request `target` (no reply).
+    Cancel {
+        /// The request to cancel.
+        target: u32,
     },
     /// Start pulling jobs from the server's queue.
     Start {
@@ -156,6 +181,17 @@ pub enum FromWorker {
         /// The snapshot.
         metrics: WorkerMetrics,
     },
+    /// How far a `LoadModel` or `Embed` with `progress: true` is (no reply of its own).
+    Progress {
+        /// The request.
+        id: u32,
+        /// `model` (bytes downloaded) or `embed` (texts finished).
+        phase: String,
+        /// Done so far.
+        loaded: u64,
+        /// The whole, when known.
+        total: Option<u64>,
+    },
     /// A request failed.
     Error {
         /// Request id.
@@ -163,6 +199,95 @@ pub enum FromWorker {
         /// Machine-readable code.
         code: String,
         /// Detail.
+        message: String,
+        /// Whether trying again later may succeed.
+        #[serde(default)]
+        retryable: bool,
+        /// The URL the failure is about (a model download), if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        url: Option<String>,
+    },
+}
+
+impl ToWorker {
+    /// The request id a reply repeats (`None` for a cancel, which gets no reply).
+    pub fn id(&self) -> Option<u32> {
+        match self {
+            ToWorker::Init { id, .. }
+            | ToWorker::LoadModel { id, .. }
+            | ToWorker::LoadModelBytes { id, .. }
+            | ToWorker::Embed { id, .. }
+            | ToWorker::Start { id, .. }
+            | ToWorker::Stop { id, .. }
+            | ToWorker::Stats { id }
+            | ToWorker::Token { id, .. } => Some(*id),
+            ToWorker::Cancel { .. } => None,
+        }
+    }
+}
+
+/// A request from the pipeline's worker to its engine worker (`www/engine-worker.js` forwards it
+/// to the wasm's `engineHandle`). The first message, `{type: "init", module}`, carries the
+/// compiled `WebAssembly.Module` and is read by the JS itself, before the wasm runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum ToEngine {
+    /// Load a model (replacing the one loaded).
+    Load {
+        /// Request id.
+        id: u32,
+        /// The TERN v1 file (sent as a transferred `ArrayBuffer`).
+        #[serde(with = "serde_bytes")]
+        bytes: Vec<u8>,
+    },
+    /// Embed texts with the loaded model.
+    Embed {
+        /// Request id.
+        id: u32,
+        /// The texts.
+        texts: Vec<String>,
+    },
+}
+
+/// A reply from the engine worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum FromEngine {
+    /// `Load` done.
+    #[serde(rename_all = "camelCase")]
+    Loaded {
+        /// Request id.
+        id: u32,
+        /// The model's id.
+        model_id: String,
+        /// Its vectors' length.
+        dim: u32,
+        /// The engine worker's wasm memory, bytes (0 when not reported).
+        #[serde(default)]
+        memory_bytes: f64,
+    },
+    /// The engine refused the model (permanent for these bytes).
+    Refused {
+        /// Request id.
+        id: u32,
+        /// The engine's message.
+        message: String,
+    },
+    /// `Embed` done. Beside these fields the message carries `vectors`: one transferred
+    /// `Float32Array` of `texts × dim` values, text after text (set outside serde: a typed array
+    /// crosses without a copy per number).
+    #[serde(rename_all = "camelCase")]
+    Embedded {
+        /// Request id.
+        id: u32,
+        /// The engine worker's wasm memory, bytes (0 when not reported).
+        #[serde(default)]
+        memory_bytes: f64,
+    },
+    /// The engine worker cannot go on (its wasm did not start, or trapped): every request it
+    /// owes fails, and the model moves to the pipeline's thread.
+    Broken {
+        /// Why.
         message: String,
     },
 }
@@ -205,5 +330,53 @@ mod tests {
             json!({"type": "ready", "id": 1, "modelId": "m"})
         );
         assert!(serde_json::from_value::<ToWorker>(json!({"type": "nope", "id": 1})).is_err());
+        let e: ToWorker = serde_json::from_value(
+            json!({"type": "embed", "id": 3, "texts": ["a"], "progress": true, "settle": true}),
+        )
+        .unwrap();
+        assert_eq!(
+            e,
+            ToWorker::Embed {
+                id: 3,
+                texts: vec!["a".into()],
+                progress: true,
+                settle: true
+            }
+        );
+        let c: ToWorker = serde_json::from_value(json!({"type": "cancel", "target": 3})).unwrap();
+        assert_eq!(c.id(), None);
+        let b: ToWorker =
+            serde_json::from_value(json!({"type": "loadModelBytes", "id": 4, "bytes": [1, 2]}))
+                .unwrap();
+        assert_eq!(b.id(), Some(4));
+        let p = FromWorker::Progress {
+            id: 3,
+            phase: "embed".into(),
+            loaded: 1,
+            total: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&p).unwrap(),
+            json!({"type": "progress", "id": 3, "phase": "embed", "loaded": 1, "total": null})
+        );
+        let l = FromEngine::Loaded {
+            id: 1,
+            model_id: "m".into(),
+            dim: 384,
+            memory_bytes: 65536.0,
+        };
+        assert_eq!(
+            serde_json::to_value(&l).unwrap(),
+            json!({"type": "loaded", "id": 1, "modelId": "m", "dim": 384, "memoryBytes": 65536.0})
+        );
+        let e: ToEngine =
+            serde_json::from_value(json!({"type": "embed", "id": 2, "texts": ["a"]})).unwrap();
+        assert_eq!(
+            e,
+            ToEngine::Embed {
+                id: 2,
+                texts: vec!["a".into()]
+            }
+        );
     }
 }

@@ -897,3 +897,42 @@ fn a_5xx_batch_ack_is_sent_again_and_nothing_is_lost_or_acked_twice() {
     }
     assert!(p.metrics.counter(names::RETRIES) >= 6);
 }
+
+#[test]
+fn the_http_handler_answers_through_the_pipeline() {
+    use ternflow_core::http_handler::respond;
+    let rig = Rig::new();
+    let p = rig.pipeline(Config::default());
+    let json = |r: &ternflow_core::http_handler::Reply| -> serde_json::Value {
+        serde_json::from_slice(&r.body).unwrap()
+    };
+    let ok = rig
+        .clock
+        .run(respond(&p, "POST", br#"{"texts": ["a", "a", "b"]}"#));
+    assert_eq!(ok.status, 200);
+    let body = json(&ok);
+    assert_eq!(
+        body["sources"],
+        serde_json::json!(["engine", "local", "engine"])
+    );
+    let first: Vec<f32> = serde_json::from_value(body["vectors"][0].clone()).unwrap();
+    assert_eq!(first, FakeEmbedder::vector_for("a"));
+    let get = rig.clock.run(respond(&p, "GET", b""));
+    assert_eq!(
+        (get.status, json(&get)["error"]["code"].clone()),
+        (405, "method_not_allowed".into())
+    );
+    let bad = rig.clock.run(respond(&p, "POST", br#"{"texts": "a"}"#));
+    assert_eq!(
+        (bad.status, json(&bad)["error"]["code"].clone()),
+        (400, "bad_request".into())
+    );
+    // No engine and no backend for a text: the first failure is the reply.
+    rig.engine.broken.set(true);
+    rig.backend.broken.set(true);
+    let down = rig
+        .clock
+        .run(respond(&p, "POST", br#"{"texts": ["a", "c"]}"#));
+    assert_eq!(down.status, 400, "{}", json(&down));
+    assert!(json(&down)["error"]["code"].is_string());
+}

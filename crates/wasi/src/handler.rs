@@ -1,15 +1,15 @@
 //! The incoming HTTP handler (`wasmtime serve`): `POST {"texts": [...]}` through the same
 //! pipeline (in-memory local cache → remote cache → lock → engine or backend → write-through),
-//! answered with the edge handler's contract ([`crate::contract`]). The pipeline is built at an
+//! answered with the edge handler's contract (`ternflow_core::http_handler`, shared with it). The pipeline is built at an
 //! instance's first request and kept for the requests the host sends to the same instance.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
+use ternflow_core::http_handler::{self as contract, Reply};
 use ternflow_core::Pipeline;
 
 use crate::app::{self, Wasi};
-use crate::contract::{self, Answer, Reply};
 use crate::settings::Settings;
 
 thread_local! {
@@ -44,18 +44,5 @@ pub async fn handle(method: &str, body: &[u8]) -> (Reply, u64) {
 
 async fn answer(method: &str, body: &[u8]) -> Result<Reply, Reply> {
     let p = pipeline().await?;
-    let texts = contract::texts(method, body)?;
-    let mut out = Answer {
-        vectors: Vec::with_capacity(texts.len()),
-        sources: Vec::with_capacity(texts.len()),
-    };
-    for text in &texts {
-        let r = p
-            .resolve(text, None, "")
-            .await
-            .map_err(|e| contract::failure(&e))?;
-        out.vectors.push(r.vector);
-        out.sources.push(r.source);
-    }
-    Ok(contract::answer(&out))
+    Ok(contract::respond(&p, method, body).await)
 }

@@ -14,7 +14,6 @@
 //!
 //! # Layout
 //! - [`settings`]: environment variables and worker flags (portable).
-//! - [`contract`]: the HTTP handler's request/response contract (portable).
 //! - [`engine`]: the engine inside as an `Embedder`, or an empty slot in a backend-only build
 //!   (`--no-default-features`) (portable).
 //! - WASI only: `http` (the server's protocol over `wasi:http`: queue, remote cache, locks,
@@ -25,7 +24,6 @@
 //!
 //! [wstd]: https://docs.rs/wstd
 
-pub mod contract;
 pub mod engine;
 pub mod settings;
 

@@ -1,13 +1,20 @@
-//! The HTTP handler's request/response contract, the same as the edge `fetch` handler's
-//! (`www/edge/handler.mjs`): `POST {"texts": [...]}` answers
-//! `{"vectors": number[][], "sources": string[]}`; every error is
-//! `{"error": {"code", "message"}}` — 405 for another method, 400 `bad_json` / `bad_request` for a
-//! malformed body, 413 for `text_too_long`, 400 for any other failure of a text, 503 when the
-//! model cannot load. Portable: tested natively.
+//! The embedding handler's HTTP contract, one for every runtime that answers requests: the edge
+//! `fetch` handler (`www/edge/handler.mjs`, through the wasm's `handleHttp`) and the WASI
+//! `wasi:http` handler. `POST {"texts": [...]}` answers `{"vectors": number[][], "sources":
+//! string[]}`; every error is `{"error": {"code", "message"}}` — 405 for another method, 400
+//! `bad_json` / `bad_request` for a malformed body, 413 for `text_too_long`, 400 for any other
+//! failure of a text, 503 when the model or the settings cannot load (the adapter's own
+//! [`error`]).
 
 use serde::{Deserialize, Serialize};
-use ternflow_core::protocol::ResultSource;
-use ternflow_core::Error;
+
+use crate::pipeline::{Pipeline, Ports};
+use crate::protocol::ResultSource;
+use crate::Error;
+
+/// Texts of one request resolved as one batch through the pipeline (one local-cache read and
+/// one write each): bounds what one failure wastes.
+pub const CHUNK: usize = 256;
 
 /// A response: status and JSON body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +74,31 @@ pub fn failure(e: &Error) -> Reply {
     error(status, e.code(), &e.to_string())
 }
 
+/// Answers one request through `pipeline`: the texts in order, in batches of [`CHUNK`]; the
+/// first text that fails decides the reply.
+pub async fn respond<P: Ports>(pipeline: &Pipeline<P>, method: &str, body: &[u8]) -> Reply {
+    let texts = match texts(method, body) {
+        Ok(t) => t,
+        Err(reply) => return reply,
+    };
+    let mut out = Answer {
+        vectors: Vec::with_capacity(texts.len()),
+        sources: Vec::with_capacity(texts.len()),
+    };
+    for part in texts.chunks(CHUNK) {
+        for r in pipeline.resolve_many(part, None, |_, _| {}).await {
+            match r {
+                Ok(r) => {
+                    out.vectors.push(r.vector);
+                    out.sources.push(r.source);
+                }
+                Err(e) => return failure(&e),
+            }
+        }
+    }
+    answer(&out)
+}
+
 /// The reply carrying `answer`.
 pub fn answer(answer: &Answer) -> Reply {
     Reply {
@@ -107,7 +139,7 @@ mod tests {
     #[test]
     fn failures_map_to_the_edge_statuses() {
         let long = Error::BadJob {
-            code: ternflow_core::ErrorCode::TextTooLong,
+            code: crate::ErrorCode::TextTooLong,
             message: "x".into(),
         };
         assert_eq!(code(&failure(&long)), (413, "text_too_long".into()));

@@ -1,0 +1,137 @@
+//! The queue loop in a Web Worker: `start` runs the core loop with SSE wake-ups and pushes
+//! metrics to the page and the server every [`METRICS_INTERVAL_MS`]; `stop` drains it by a
+//! deadline and leaves a fresh pipeline (same settings) for the next start.
+
+use std::rc::Rc;
+
+use futures_channel::oneshot;
+use ternflow_core::messages::{FromWorker, RunSummary, ServerOptions};
+use ternflow_core::ports::Clock;
+use ternflow_core::{Config, Pipeline};
+
+use crate::browser::Browser;
+use crate::clock::BrowserClock;
+use crate::engine_port::EngineThread;
+use crate::error::WorkerError;
+use crate::sse::SseWakeups;
+use crate::state::{browser_pipeline, db_settings, pipeline, Running, STATE};
+
+/// How often metrics are pushed while the queue loop runs.
+const METRICS_INTERVAL_MS: u64 = 2_000;
+
+/// Starts the queue loop (with `concurrency` jobs in flight, when given).
+pub(crate) async fn start(concurrency: Option<u32>) -> Result<(), WorkerError> {
+    if STATE.with(|s| s.borrow().running.is_some()) {
+        return Err(WorkerError::BadMessage("already started".into()));
+    }
+    let mut p = pipeline()?;
+    if let Some(c) = concurrency {
+        // A new concurrency needs a new pipeline (the loop reads it once).
+        let cfg = Config {
+            concurrency: c,
+            ..p.cfg.clone()
+        };
+        p = rebuild(&p, cfg).await?;
+    }
+    let Some(base) = p.adapters.source.base() else {
+        return Err(WorkerError::BadMessage("queue mode needs a server".into()));
+    };
+    let inval = Rc::downgrade(&p);
+    let client = p.adapters.source.clone();
+    let token: Rc<dyn Fn() -> String> = Rc::new(move || client.token());
+    let resync = inval.clone();
+    let wake = Rc::new(SseWakeups::open(
+        &base,
+        token,
+        move |keys| {
+            if let Some(p) = inval.upgrade() {
+                wasm_bindgen_futures::spawn_local(async move { p.invalidate(&keys).await });
+            }
+        },
+        move || {
+            if let Some(p) = resync.upgrade() {
+                wasm_bindgen_futures::spawn_local(async move { p.resync().await });
+            }
+        },
+    ));
+    let (tx, rx) = oneshot::channel();
+    let (lp, lw) = (p.clone(), wake.clone());
+    wasm_bindgen_futures::spawn_local(async move {
+        let sum = lp.run_queue(&*lw).await;
+        let _ = tx.send(sum);
+    });
+    let mp = p.clone();
+    wasm_bindgen_futures::spawn_local(async move {
+        while !mp.stop.is_stopped() {
+            BrowserClock.sleep(METRICS_INTERVAL_MS).await;
+            push_metrics(&mp).await;
+        }
+        push_metrics(&mp).await;
+    });
+    STATE.with(|s| {
+        s.borrow_mut().running = Some(Running { done: rx, wake });
+    });
+    Ok(())
+}
+
+/// The breakers' gauges, where the model runs, and the wasm memory of both instances.
+pub(crate) fn update_gauges(p: &Pipeline<Browser>) {
+    use ternflow_core::metrics::gauges;
+    p.update_breaker_gauges();
+    let engine = &p.adapters.engine;
+    let in_worker = engine.thread() == EngineThread::Worker;
+    p.metrics
+        .set_gauge(gauges::ENGINE_IN_WORKER, if in_worker { 1.0 } else { 0.0 });
+    p.metrics.set_gauge(
+        gauges::WASM_MEMORY_BYTES,
+        crate::engine_api::wasm_memory_bytes(),
+    );
+    p.metrics.set_gauge(
+        gauges::ENGINE_WORKER_MEMORY_BYTES,
+        engine.worker_memory_bytes().unwrap_or(0.0),
+    );
+}
+
+async fn push_metrics(p: &Pipeline<Browser>) {
+    update_gauges(p);
+    let snap = p.metrics.snapshot(&p.cfg.worker_id, BrowserClock.now_ms());
+    crate::page::post(&FromWorker::Metrics {
+        metrics: snap.clone(),
+    });
+    let _ = p.adapters.source.push_metrics(&snap).await;
+}
+
+/// Stops the loop: in-flight jobs finish until `deadline_ms` from now, the rest go back.
+pub(crate) async fn stop(deadline_ms: u64) -> Result<RunSummary, WorkerError> {
+    let p = pipeline()?;
+    let running = STATE.with(|s| s.borrow_mut().running.take());
+    let Some(running) = running else {
+        return Ok(RunSummary::default());
+    };
+    p.stop.stop(BrowserClock.now_ms() + deadline_ms);
+    let summary = running.done.await.unwrap_or_default();
+    running.wake.close();
+    // A stopped pipeline cannot be restarted: replace it with a fresh one (same settings).
+    rebuild(&p, p.cfg.clone()).await?;
+    Ok(summary)
+}
+
+/// A new pipeline on `p`'s server, engine and database with settings `cfg`, made current.
+async fn rebuild(p: &Pipeline<Browser>, cfg: Config) -> Result<Rc<Pipeline<Browser>>, WorkerError> {
+    let server = p.adapters.source.base().map(|url| ServerOptions {
+        url,
+        token: p.adapters.source.token(),
+        renewable: p.adapters.source.is_renewable(),
+    });
+    let engine = STATE.with(|s| s.borrow().engine.clone());
+    let (db, max_local) = db_settings();
+    let fresh = Rc::new(browser_pipeline(server.as_ref(), engine, cfg, &db, max_local).await?);
+    // The worker's metrics, not the pipeline's: counters keep counting across stop and start.
+    fresh.metrics.take_over(&p.metrics);
+    fresh
+        .adapters
+        .source
+        .set_timeout_ms(STATE.with(|s| s.borrow().adapter.request_timeout_ms));
+    STATE.with(|s| s.borrow_mut().pipeline = Some(fresh.clone()));
+    Ok(fresh)
+}
