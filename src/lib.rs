@@ -14,7 +14,8 @@
 //!   isolates, Node), `http` (the server's protocol over gloo-net: queue, remote cache, locks,
 //!   backend embedder), `sse` (`EventSource` wake-ups and invalidations), `clock` (`Date.now`,
 //!   `setTimeout`), `cancel` (timeouts and the page's `AbortSignal` for `fetch`), `engine_port`
-//!   (the in-wasm engine as an embedder; model loading through the Cache API), `engine_worker`
+//!   (the in-wasm engine as an embedder, and where it runs), `model_fetch` (model files from a
+//!   URL: SHA-256 check, Cache API), `engine_worker`
 //!   (the engine in a nested worker of its own, so embeds never block the pipeline's thread;
 //!   `engine_entry` is that worker's side, `engineHandle`),
 //!   `settings` (the page's `config`: pipeline settings plus the adapter's, unknown keys
@@ -55,6 +56,8 @@ pub mod http;
 pub mod idb;
 #[cfg(target_arch = "wasm32")]
 pub mod local;
+#[cfg(target_arch = "wasm32")]
+pub mod model_fetch;
 #[cfg(target_arch = "wasm32")]
 mod page;
 #[cfg(target_arch = "wasm32")]

@@ -574,8 +574,8 @@ async fn fenced_cache_put_with_an_older_fence_is_refused_with_the_newer_entry() 
 
 #[wasm_bindgen_test]
 async fn model_loads_from_a_url_then_from_the_cache_api_and_is_checked() {
-    use ternflow::engine_port::{load_model_from, sha256_hex, FetchOptions};
     use ternflow::error::WorkerError;
+    use ternflow::model_fetch::{load_model_from, sha256_hex, FetchOptions};
     use wasm_bindgen::{JsCast, JsValue};
     use wasm_bindgen_futures::JsFuture;
 
