@@ -3,7 +3,7 @@
 //! IndexedDB transaction; IndexedDB keeps everything across reloads), otherwise a bounded
 //! in-memory LRU alone (edge isolates such as Cloudflare Workers, Node).
 
-use ternflow_core::mem_local::MemLocal;
+use ternflow_core::cache::mem_local::MemLocal;
 use ternflow_core::ports::LocalCache;
 use wasm_bindgen::JsValue;
 

@@ -33,7 +33,7 @@ impl Default for AdapterConfig {
         AdapterConfig {
             request_timeout_ms: 30_000,
             model_timeout_ms: 120_000,
-            memory_cache_bytes: ternflow_core::mem_local::DEFAULT_MAX_BYTES,
+            memory_cache_bytes: ternflow_core::cache::mem_local::DEFAULT_MAX_BYTES,
             engine_worker: true,
         }
     }

@@ -15,11 +15,13 @@
 //!   `batch_answers`: the batch requests (`/v1/jobs/ack`, `/heartbeat`, `/nack`) and their
 //!   per-item answers, the same for every transport.
 //! - [`pipeline`]: one text through local cache → remote cache → lock → engine or backend →
-//!   write-through; [`mem_local`]: the in-memory local cache (where there is no IndexedDB);
-//!   [`job`]: one claimed job with heartbeats, retries, ack or nack; [`worker`]: the claim loop
-//!   with bounded concurrency and graceful drain; [`batch_queue`]: acks and nacks of jobs that
-//!   finish together sent as one request; `lease_board`: the leases held, kept alive by one
-//!   batched heartbeat; [`signal`]: the stop signal the loop awaits.
+//!   write-through, and the queue loop's host.
+//! - [`cache`] (`cache/`): the cache side of the data path — [`cache::mem_local`], the in-memory
+//!   local cache (where there is no IndexedDB, and in front of it where there is).
+//! - [`queue`] (`queue/`): the queue side — [`queue::claim_loop`] (the claim loop with bounded
+//!   concurrency and graceful drain), [`queue::job`] (one claimed job: heartbeats, retries, ack
+//!   or nack), [`queue::batch_queue`] (acks and nacks sent together), `lease_board` (leases kept
+//!   alive by one batched heartbeat), [`queue::signal`] (the stop signal).
 //! - [`retry`], [`breaker`], [`ratelimit`]: backoff with jitter, circuit breaker, token bucket;
 //!   [`rng`]: the seeded random source for jitter and tokens.
 //! - [`metrics`], [`trace`]: the metrics registry and W3C trace context.
@@ -30,17 +32,14 @@
 //! - [`memory`]: in-memory ports and a fake clock for tests (feature `testing`).
 
 mod batch_answers;
-pub mod batch_queue;
 pub mod breaker;
+pub mod cache;
 pub mod codec;
 pub mod config;
 pub mod error;
 pub mod error_code;
 pub mod http_handler;
-pub mod job;
 pub mod keys;
-mod lease_board;
-pub mod mem_local;
 #[cfg(any(test, feature = "testing"))]
 pub mod memory;
 pub mod messages;
@@ -48,13 +47,12 @@ pub mod metrics;
 pub mod pipeline;
 pub mod ports;
 pub mod protocol;
+pub mod queue;
 pub mod ratelimit;
 pub mod retry;
 pub mod rng;
 pub mod server_client;
-pub mod signal;
 pub mod trace;
-pub mod worker;
 
 pub use config::Config;
 pub use error::{Error, Result};

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::{ResultSource, WorkerMetrics};
-pub use crate::worker::RunSummary;
+pub use crate::queue::claim_loop::RunSummary;
 
 /// Where the worker finds its server.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

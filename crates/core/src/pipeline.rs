@@ -3,13 +3,12 @@
 //!
 //! Only the embedding step can fail a text: the caches and the lock service degrade (counted in
 //! the metrics) so an unreachable server or a broken IndexedDB slows the worker down without
-//! losing work. The job layer ([`crate::job`]) wraps this with leases, heartbeats and retries.
+//! losing work. The job layer ([`crate::queue::job`]) wraps this with leases, heartbeats and retries.
 
 use std::cell::RefCell;
 
 use futures_util::future::join;
 
-use crate::batch_queue::{AckQueue, NackQueue};
 use crate::breaker::{Breaker, BreakerState};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -17,10 +16,11 @@ use crate::keys::cache_key;
 use crate::metrics::{gauges, histograms, names, Metrics};
 use crate::ports::{Clock, Embedder, JobSource, LocalCache, Locks, PutOutcome, RemoteCache};
 use crate::protocol::{CacheEntry, CachePut, LockGrant, ResultSource, Vector};
+use crate::queue::batch_queue::{AckQueue, NackQueue};
+use crate::queue::signal::StopSignal;
 use crate::ratelimit::RateLimiter;
 use crate::retry::jittered_ttl_ms;
 use crate::rng::Rng;
-use crate::signal::StopSignal;
 use crate::trace::TraceParent;
 
 /// The adapter types a pipeline runs on (one marker type per platform).

@@ -2,14 +2,14 @@
 
 use futures_util::future::join;
 use ternflow_core::breaker::BreakerState;
-use ternflow_core::job::JobOutcome;
+use ternflow_core::cache::mem_local::MemLocal;
 use ternflow_core::keys::cache_key;
-use ternflow_core::mem_local::MemLocal;
 use ternflow_core::memory::{FakeClock, FakeEmbedder, MemServer, Watchdog};
 use ternflow_core::metrics::names;
 use ternflow_core::ports::{Clock, JobSource, LocalCache};
 use ternflow_core::protocol::{CacheEntry, ResultSource, Vector};
-use ternflow_core::worker::RunSummary;
+use ternflow_core::queue::claim_loop::RunSummary;
+use ternflow_core::queue::job::JobOutcome;
 use ternflow_core::{Adapters, Config, Error, Pipeline, Ports};
 
 const MODEL: &str = "0123456789abcdef";

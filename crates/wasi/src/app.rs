@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
-use ternflow_core::mem_local::MemLocal;
+use ternflow_core::cache::mem_local::MemLocal;
 use ternflow_core::ports::Embedder;
 use ternflow_core::{Adapters, Pipeline, Ports};
 

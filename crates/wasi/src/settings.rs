@@ -124,7 +124,7 @@ impl Settings {
                 as usize,
             local_bytes: usize::try_from(number(
                 "TERNFLOW_LOCAL_BYTES",
-                ternflow_core::mem_local::DEFAULT_MAX_BYTES as u64,
+                ternflow_core::cache::mem_local::DEFAULT_MAX_BYTES as u64,
             )?)
             .unwrap_or(usize::MAX),
             request_timeout_ms: number("TERNFLOW_REQUEST_TIMEOUT_MS", DEFAULT_REQUEST_TIMEOUT_MS)?,

@@ -7,12 +7,12 @@ use std::pin::Pin;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::error::{Error, Result};
-use crate::job::JobOutcome;
-use crate::lease_board::LeaseBoard;
 use crate::metrics::{gauges, names};
 use crate::pipeline::{Pipeline, Ports};
 use crate::ports::{Clock, JobSource, Wakeups};
 use crate::protocol::ClaimedJob;
+use crate::queue::job::JobOutcome;
+use crate::queue::lease_board::LeaseBoard;
 use crate::retry::Backoff;
 
 /// Totals of one run of the queue loop (as the page gets them: camelCase JSON).

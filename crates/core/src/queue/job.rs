@@ -10,13 +10,13 @@ use futures_util::pin_mut;
 
 use crate::error::{Error, Result};
 use crate::keys::cache_key;
-use crate::lease_board::LeaseBoard;
 use crate::metrics::names;
 use crate::pipeline::{HeldLock, Pipeline, Ports, RemoteHint, SingleFlight};
 use crate::ports::{Clock, JobSource, Locks};
 use crate::protocol::{
     AckCacheWrite, AckRequest, ClaimedJob, JobResult, NackRequest, NackResponse, ResultSource,
 };
+use crate::queue::lease_board::LeaseBoard;
 use crate::trace::TraceParent;
 
 /// How a job ended for this worker.

@@ -1,0 +1,13 @@
+//! The queue side of the data path: claiming jobs, keeping their leases, finishing them.
+//!
+//! - [`claim_loop`]: the claim loop with bounded concurrency, SSE wake-ups and a graceful drain.
+//! - [`job`]: one claimed job — retries, ack or nack.
+//! - [`batch_queue`]: acks and nacks of jobs that finish together, sent as one request.
+//! - `lease_board`: the leases held, kept alive by one batched heartbeat.
+//! - [`signal`]: the stop signal the loop awaits.
+
+pub mod batch_queue;
+pub mod claim_loop;
+pub mod job;
+pub(crate) mod lease_board;
+pub mod signal;
