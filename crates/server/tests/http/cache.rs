@@ -1,0 +1,168 @@
+//! The remote cache (fences, TTLs, invalidation) and the locks that guard its writes.
+
+use axum::http::StatusCode;
+use serde_json::{json, Value};
+use ternflow_server::{app, Config};
+
+use crate::common::{call_raw, lock_fence, state_with, Api, ADMIN, WORKER};
+use crate::{ack_body, error_code, vector};
+
+#[tokio::test]
+async fn cache_fences_and_invalidation() {
+    let (state, clock) = state_with(Config::default());
+    let app = app(state);
+    let api = Api(app.clone());
+    let model = "00000000deadbeef";
+    let key = ternflow_core::keys::cache_key(model, "some text");
+    let key = key.as_str();
+    let put = |fence: u64| json!({"model_id": model, "vector": vector(), "fence": fence, "ttl_ms": 10_000});
+    let r = api.get(Some(WORKER), &format!("/v1/cache/{key}")).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    // A fence the server never issued for this key (here the largest u64) is refused, so it
+    // cannot lock honest writers out for the entry's TTL.
+    let r = api
+        .put(Some(WORKER), &format!("/v1/cache/{key}"), put(u64::MAX))
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+    assert_eq!(error_code(&r.json), "bad_fence");
+    let lock = lock_fence(&app, key).await;
+    let r = api
+        .put(Some(WORKER), &format!("/v1/cache/{key}"), put(lock))
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::CREATED,
+        "the honest holder after the forgery: {}",
+        r.text
+    );
+    let exp = r.json["expires_at"].as_u64().unwrap();
+    assert!(
+        (1_009_000..=1_011_000).contains(&exp),
+        "ttl ± 10 % jitter: {exp}"
+    );
+    // A claimed job whose text the cache holds is finished by the claim itself...
+    api.enqueue(json!({"jobs": [{"id": "hit", "text": "some text", "model_id": model}]}))
+        .await;
+    let job = &api.claim(1).await[0];
+    assert_eq!(
+        (job["resolved"].clone(), job["cached"]["fence"].clone()),
+        (json!(true), json!(lock)),
+        "{job}"
+    );
+    let r = api.get(Some(WORKER), "/v1/jobs/hit").await;
+    assert_eq!(
+        (r.json["state"].clone(), r.json["result"]["source"].clone()),
+        (json!("done"), json!("remote")),
+        "{}",
+        r.text
+    );
+    // ...and an ack sent anyway (a worker that predates `resolved`) is a harmless repeat.
+    let tok = job["lease"]["token"].as_str().unwrap();
+    let r = api
+        .post(Some(WORKER), "/v1/jobs/hit/ack", ack_body(tok))
+        .await;
+    assert_eq!(
+        (r.status, r.json["first"].clone()),
+        (StatusCode::OK, json!(false))
+    );
+    let r = api.get(Some(ADMIN), "/metrics").await;
+    assert!(
+        r.text.contains("ternflow_jobs_resolved_at_claim_total 1\n"),
+        "{}",
+        r.text
+    );
+    // Once the entry is gone (invalidated), a job lease on the same text (a newer fence)
+    // writes through its ack...
+    let r = api.delete(Some(ADMIN), &format!("/v1/cache/{key}")).await;
+    assert!(r.status.is_success(), "{}", r.text);
+    api.enqueue(json!({"jobs": [{"id": "j", "text": "some text", "model_id": model}]}))
+        .await;
+    let job = &api.claim(1).await[0];
+    assert_eq!(job["resolved"], Value::Null, "{job}");
+    let lease = job["lease"].clone();
+    let newer = lease["fence"].as_u64().unwrap();
+    assert!(newer > lock);
+    let mut body = ack_body(lease["token"].as_str().unwrap());
+    body["cache"] = json!({"key": key, "fence": 0, "ttl_ms": 10_000});
+    let r = api.post(Some(WORKER), "/v1/jobs/j/ack", body).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    // ...so the lock holder, still live, now holds an older fence.
+    let r = api
+        .put(Some(WORKER), &format!("/v1/cache/{key}"), put(lock))
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    assert_eq!(error_code(&r.json), "stale_fence");
+    assert_eq!(
+        r.json["entry"]["fence"], newer,
+        "the body carries the stored entry, fenced with the lease's fence (not the body's 0)"
+    );
+    let r = api.get(Some(WORKER), &format!("/v1/cache/{key}")).await;
+    assert_eq!(
+        (r.status, r.json["fence"].clone()),
+        (StatusCode::OK, json!(newer))
+    );
+    let bad = json!({"model_id": "ffffffffffffffff", "vector": vector(), "fence": lock});
+    let r = api
+        .put(Some(WORKER), &format!("/v1/cache/{key}"), bad)
+        .await;
+    assert_eq!(error_code(&r.json), "model_mismatch");
+    let r = api.put(Some(WORKER), "/v1/cache/bad%20key", put(1)).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    clock.advance(40_000);
+    let r = api.get(Some(WORKER), &format!("/v1/cache/{key}")).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "expired");
+    let fresh = lock_fence(&app, key).await;
+    let r = api
+        .put(Some(WORKER), &format!("/v1/cache/{key}"), put(fresh))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let r = api.delete(Some(WORKER), &format!("/v1/cache/{key}")).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let r = api.delete(Some(WORKER), &format!("/v1/cache/{key}")).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn lock_contention_and_compare_and_delete() {
+    let (state, clock) = state_with(Config::default());
+    let app = app(state);
+    let api = Api(app.clone());
+    let r = api
+        .post(Some(WORKER), "/v1/locks/k1", json!({"ttl_ms": 5_000}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let g1 = r.json.clone();
+    let r = call_raw(&app, "POST", "/v1/locks/k1", Some(WORKER), None, Vec::new()).await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    assert_eq!(error_code(&r.json), "lock_held");
+    assert_eq!(r.headers["retry-after"], "5");
+    let tok1 = g1["token"].as_str().unwrap();
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/locks/k1/renew",
+            json!({"token": tok1, "ttl_ms": 8_000}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.json["fence"], g1["fence"]);
+    let r = api
+        .delete_with(Some(WORKER), "/v1/locks/k1", json!({"token": "nope"}))
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "compare-and-delete");
+    let r = api
+        .delete_with(Some(WORKER), "/v1/locks/k1", json!({"token": tok1}))
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let r = api.post_empty(Some(WORKER), "/v1/locks/k1").await;
+    assert!(r.json["fence"].as_u64() > g1["fence"].as_u64());
+    // Let it leak: expire without release.
+    clock.advance(60_000);
+    let r = api.get(Some(ADMIN), "/metrics").await;
+    assert!(
+        r.text.contains("ternflow_lock_leaked_total 1\n"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("ternflow_locks_held 0\n"));
+}
