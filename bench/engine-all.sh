@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 MODEL=${1:-target/bench-base-int4.tern}
 cargo build --release -q -p ternflow-cli
 [ -f "$MODEL" ] || target/release/ternflow gen-model "$MODEL"
-wasm-pack build --target web --release --mode no-install --out-dir pkg-web >/dev/null 2>&1
+scripts/build-pkg.sh >/dev/null 2>&1
 [ -d node_modules/playwright-core ] || npm ci --no-audit --no-fund --loglevel=error
 echo "# $(date -u +%FT%TZ) $(nproc) cores, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 target/release/ternflow bench --model "$MODEL" --iters 500

@@ -1,7 +1,7 @@
 // Headless Chromium benchmark of the engine in wasm (single thread, page main thread).
-// Build first:  wasm-pack build --target web --release --mode no-install --out-dir pkg-web
+// Build first:  scripts/build-pkg.sh (the npm package in pkg/, the wasm that ships)
 // Run:          node bench/engine-browser.mjs --model MODEL.tern [--input bench/short.txt] [--iters 500]
-// Serves the repo's pkg-web/ and bench/ plus the model and input from a tiny http server on
+// Serves the repo's pkg/ and bench/ plus the model and input from a tiny http server on
 // 127.0.0.1 (cross-origin isolated, for fine-grained performance.now()), drives /usr/bin/chromium
 // with playwright-core, and prints the same summary line as bench/engine.mjs.
 import { createServer } from "node:http";

@@ -1,13 +1,13 @@
-// Correctness of the wasm build (run after building pkg-web, see bench/engine.mjs):
+// Correctness of the wasm build (run after scripts/build-pkg.sh, see bench/engine.mjs):
 // 1. engineSelfTest: every kernel of the build (simd128) equals the scalar one exactly;
 // 2. the committed numpy-reference fixture: cosine >= 0.9999 on every sentence.
-// Usage: node bench/engine-check.mjs [--pkg pkg-web]
+// Usage: node bench/engine-check.mjs [--pkg pkg]
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { pathToFileURL, fileURLToPath } from "node:url";
 
 const root = resolve(fileURLToPath(new URL(".", import.meta.url)), "..");
-const pkg = resolve(root, process.argv[2] === "--pkg" ? process.argv[3] : "pkg-web");
+const pkg = resolve(root, process.argv[2] === "--pkg" ? process.argv[3] : "pkg");
 const wasm = await import(pathToFileURL(resolve(pkg, "ternflow.js")).href);
 await wasm.default({ module_or_path: readFileSync(resolve(pkg, "ternflow_bg.wasm")) });
 const checks = wasm.engineSelfTest(7, 200);

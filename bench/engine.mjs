@@ -1,5 +1,5 @@
 // Node benchmark of the engine in wasm (single thread).
-// Build first:  wasm-pack build --target web --release --mode no-install --out-dir pkg-web
+// Build first:  scripts/build-pkg.sh (the npm package in pkg/, the wasm that ships)
 // Run:          node bench/engine.mjs --model MODEL.tern [--input bench/short.txt] [--iters 500]
 // Prints one summary line: median / p90 / p99 ms per embed, embeds/s, cold start (instantiate +
 // load + first embed) and wasm memory after load.

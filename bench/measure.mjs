@@ -62,7 +62,7 @@ export function summary(where, r) {
 }
 
 export function parseArgs(argv) {
-  const a = { input: null, iters: 500, pkg: "pkg-web", model: null };
+  const a = { input: null, iters: 500, pkg: "pkg", model: null };
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i];
     if (k === "--model") a.model = argv[++i];

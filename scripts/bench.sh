@@ -26,7 +26,7 @@ done
 scripts/setup.sh >/dev/null
 cargo build --release --locked -q -p ternflow-cli
 scripts/build-pkg.sh >/tmp/ternflow-bench-pkg.log 2>&1 || { cat /tmp/ternflow-bench-pkg.log; exit 1; }
-wasm-pack --log-level warn build --target web --release --mode no-install --out-dir pkg-web >/dev/null
+scripts/build-pkg.sh >/dev/null
 BULL=target/bullbench
 [ -d "$BULL/node_modules/bullmq" ] ||
   npm install --prefix "$BULL" --no-audit --no-fund --loglevel=error bullmq@6 ioredis@5 >/dev/null

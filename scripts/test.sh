@@ -67,10 +67,10 @@ wasi_components() {
     cargo test --locked -p ternflow-cli --test wasi -- --ignored --test-threads=1
 }
 run wasi wasi_components
-# The wasm outside a browser (no Web Worker, no IndexedDB: like an edge isolate), in Node.
+# The wasm outside a browser (no Web Worker, no IndexedDB: like an edge isolate), in Node, over
+# the npm package's build in pkg/ (the one wasm build folder: the npm-package step reuses it).
 node_edge() {
-  wasm-pack --log-level warn build --dev --target web --mode no-install --out-dir pkg-test &&
-    node --test tests/node/
+  scripts/build-pkg.sh && node --test tests/node/
 }
 run edge-node node_edge
 

@@ -1,13 +1,13 @@
 // The wasm outside a browser: Node has neither Web Workers nor IndexedDB nor the Cache API, like an
-// edge isolate. Runs the edge handler (www/edge/handler.mjs) over a dev build in pkg-test/.
+// edge isolate. Runs the edge handler (www/edge/handler.mjs) over the npm package's build in pkg/ (scripts/build-pkg.sh).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import * as bindings from "../../pkg-test/ternflow.js";
+import * as bindings from "../../pkg/ternflow.js";
 import { createHandler } from "../../www/edge/handler.mjs";
 
 const root = new URL("../../", import.meta.url);
-const wasmModule = new WebAssembly.Module(readFileSync(new URL("pkg-test/ternflow_bg.wasm", root)));
+const wasmModule = new WebAssembly.Module(readFileSync(new URL("pkg/ternflow_bg.wasm", root)));
 const modelBytes = readFileSync(new URL("crates/engine/tests/data/ref_tiny_ternary.tern", root));
 const handle = createHandler({ bindings, wasmModule, modelBytes });
 const post = (body) =>

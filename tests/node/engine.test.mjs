@@ -1,4 +1,4 @@
-// The engine's wasm kernels, in the wasm the package ships (a dev build in pkg-test/, simd128 as
+// The engine's wasm kernels, in the wasm the package ships (pkg/, built by scripts/build-pkg.sh, simd128 as
 // every build): bench/engine-check.mjs checks the scalar kernel over row pairs and the simd128
 // kernel (which always runs over row pairs; given `i8` rows it packs them first) against the
 // scalar kernel exactly, and the whole forward pass against the numpy reference on the committed
@@ -12,7 +12,7 @@ const root = fileURLToPath(new URL("../../", import.meta.url));
 
 test("every wasm kernel equals the scalar one exactly, and the forward pass matches numpy", () => {
   // Exits non-zero on a kernel mismatch or a cosine below 0.9999.
-  const out = execFileSync(process.execPath, ["bench/engine-check.mjs", "--pkg", "pkg-test"], { cwd: root, encoding: "utf8" });
+  const out = execFileSync(process.execPath, ["bench/engine-check.mjs", "--pkg", "pkg"], { cwd: root, encoding: "utf8" });
   const m = out.match(/^kernel (\S+): self-test (\d+) exact comparisons passed; (\d+) sentences vs numpy reference, min cosine ([\d.]+)/m);
   assert.ok(m, `unexpected output: ${out}`);
   assert.equal(m[1], "simd128");
@@ -30,7 +30,7 @@ test("the wasm engine gives the native kernels' bits for the shipped models", as
   const { readFileSync } = await import("node:fs");
   const { createHash } = await import("node:crypto");
   const { pathToFileURL } = await import("node:url");
-  const pkg = `${root}pkg-test/`;
+  const pkg = `${root}pkg/`;
   const wasm = await import(pathToFileURL(`${pkg}ternflow.js`).href);
   await wasm.default({ module_or_path: readFileSync(`${pkg}ternflow_bg.wasm`) });
   const data = `${root}crates/engine/tests/data/`;
