@@ -6,6 +6,9 @@ mod common;
 use common::{free_port, ternflow, Server};
 
 use serde_json::{json, Value};
+use ternflow_core::ports::JobSource;
+use ternflow_core::protocol::{AckRequest, JobResult, ResultSource, Vector};
+use ternflow_server::test_client::worker_client;
 
 const TOKEN: &str = "results-admin";
 
@@ -37,38 +40,30 @@ async fn results_come_back_in_id_order_as_jsonl_and_npy() {
     assert_eq!(ids.len(), 3);
     // Act as a worker: finish two jobs with known vectors (the dimension and values are ours:
     // the server runs no model "m", so it checks only that they are finite unit vectors).
-    let http = reqwest::Client::new();
-    let claimed: Value = http
-        .post(format!("{base}/v1/jobs/claim"))
-        .bearer_auth(TOKEN)
-        .json(&json!({"worker": "w", "max": 3}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let w = worker_client(&base, TOKEN, "w");
+    let claimed = w.claim(3, 0).await.unwrap();
     let vec_of = |id: &str| -> Vec<f32> {
         match ids.iter().position(|x| x == id).unwrap() {
             0 => vec![0.0, 1.0],
             _ => vec![0.6, 0.8],
         }
     };
-    let b64 = |v: &[f32]| ternflow_core::codec::encode_vector(v);
-    for j in claimed["jobs"].as_array().unwrap() {
-        let id = j["id"].as_str().unwrap();
-        if id == ids[1] {
+    for j in &claimed {
+        if j.id == ids[1] {
             continue; // stays unfinished
         }
-        let body = json!({"token": j["lease"]["token"], "result": {"model_id": "m", "vector": b64(&vec_of(id)), "source": "engine"}});
-        let r = http
-            .post(format!("{base}/v1/jobs/{id}/ack"))
-            .bearer_auth(TOKEN)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
+        let ack = AckRequest {
+            token: j.lease.token.clone(),
+            worker: None,
+            result: JobResult {
+                model_id: "m".into(),
+                vector: Vector(vec_of(&j.id)),
+                source: ResultSource::Engine,
+                by: None,
+            },
+            cache: None,
+        };
+        w.ack(&j.id, &ack, "").await.unwrap();
     }
     let out = dir.path().join("out.jsonl");
     let st = ternflow()

@@ -7,7 +7,9 @@ use std::process::Command;
 
 use common::{free_port, mint, ternflow, Server, SECRET_B64};
 
-use serde_json::{json, Value};
+use serde_json::json;
+use ternflow_core::ports::JobSource;
+use ternflow_server::test_client::worker_client;
 
 #[test]
 fn mint_refuses_bad_arguments() {
@@ -45,20 +47,8 @@ async fn minted_tokens_open_one_tenant_each_on_a_real_server() {
         .unwrap();
     assert_eq!(r.status(), 200);
     let claim = |t: String| {
-        let (http, base) = (http.clone(), base.clone());
-        async move {
-            let v: Value = http
-                .post(format!("{base}/v1/jobs/claim"))
-                .bearer_auth(t)
-                .json(&json!({"worker": "w", "max": 8}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            v["jobs"].as_array().cloned().unwrap_or_default()
-        }
+        let w = worker_client(&base, &t, "w");
+        async move { w.claim(8, 0).await.unwrap() }
     };
     assert!(
         claim(mint("worker", "globex")).await.is_empty(),
@@ -93,7 +83,7 @@ async fn minted_tokens_open_one_tenant_each_on_a_real_server() {
     );
     let jobs = claim(node_token).await;
     assert_eq!(jobs.len(), 1, "and it claims in its tenant");
-    assert_eq!(jobs[0]["text"], "hello acme");
+    assert_eq!(jobs[0].text, "hello acme");
     assert!(dir
         .path()
         .join("data/tenants/acme/ternflow.sqlite3")

@@ -41,6 +41,8 @@
 //! - [`integrity`]: result verification: shape checks, provenance, probation and sampled
 //!   recomputation, quarantine and undo.
 //! - `extract`: the JSON, path and query extractors whose rejections are protocol errors.
+//! - [`test_client`] (feature `testing`): core's `ServerClient` over reqwest, a typed client of a
+//!   running server for tests.
 
 pub mod auth;
 mod cache;
@@ -64,6 +66,8 @@ pub mod sse;
 pub mod state;
 pub mod store;
 pub mod tenants;
+#[cfg(feature = "testing")]
+pub mod test_client;
 pub mod workers;
 
 pub use auth::Tokens;

@@ -9,7 +9,10 @@ use std::time::Duration;
 use common::{ADMIN, PRODUCER, WORKER, WORKER_B64};
 use futures_util::StreamExt;
 use serde_json::json;
+use ternflow_core::ports::JobSource;
 use ternflow_core::protocol::JobState;
+use ternflow_core::protocol::{AckRequest, ClaimedJob, JobResult, ResultSource, Vector};
+use ternflow_server::test_client::worker_client;
 use ternflow_server::{run, AppState, Config, MemoryStore, QueueStore};
 use tokio::sync::oneshot;
 
@@ -56,6 +59,21 @@ struct Ev {
     id: Option<u64>,
     event: String,
     data: serde_json::Value,
+}
+
+/// The ack of `job` with a one-number vector (the server's recomputation is off in these tests).
+fn ack_of(job: &ClaimedJob) -> AckRequest {
+    AckRequest {
+        token: job.lease.token.clone(),
+        worker: None,
+        result: JobResult {
+            model_id: "m".into(),
+            vector: Vector(vec![1.0]),
+            source: ResultSource::Engine,
+            by: None,
+        },
+        cache: None,
+    }
 }
 
 /// Reads SSE frames until `n` events (comments skipped) arrived.
@@ -221,29 +239,12 @@ async fn graceful_shutdown_keeps_live_leases_and_release_costs_no_attempt() {
         .send()
         .await
         .unwrap();
-    let r: serde_json::Value = http
-        .post(format!("{b}/v1/jobs/claim"))
-        .bearer_auth(WORKER)
-        .json(&json!({"worker": "w", "max": 2}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(r["jobs"].as_array().unwrap().len(), 2);
+    let w = worker_client(b, WORKER, "w");
+    let jobs = w.claim(2, 0).await.unwrap();
+    assert_eq!(jobs.len(), 2);
     // j1 finishes; j2 is still in flight at shutdown.
-    let tok = r["jobs"][0]["lease"]["token"].as_str().unwrap();
-    let ack = json!({"token": tok, "result": {"model_id": "m", "vector": "AACAPw==", "source": "engine"}});
-    let id = r["jobs"][0]["id"].as_str().unwrap();
-    let s = http
-        .post(format!("{b}/v1/jobs/{id}/ack"))
-        .bearer_auth(WORKER)
-        .json(&ack)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(s.status(), 200);
+    let id = jobs[0].id.as_str();
+    w.ack(id, &ack_of(&jobs[0]), "").await.unwrap();
     let stats: serde_json::Value = http
         .get(format!("{b}/v1/stats"))
         .bearer_auth(ADMIN)
@@ -265,18 +266,12 @@ async fn graceful_shutdown_keeps_live_leases_and_release_costs_no_attempt() {
         matches!(st.state, JobState::Leased { .. }),
         "the live lease survives the shutdown: {st:?}"
     );
-    let other_tok = r["jobs"][1]["lease"]["token"].as_str().unwrap().to_owned();
+    let other_tok = jobs[1].lease.token.clone();
     let mut srv2 = start_on(srv.store.clone()).await;
     let b2 = srv2.base.clone();
+    let w2 = worker_client(&b2, WORKER, "w");
     // A stopping worker hands it back: ready at once, and the attempt is not counted.
-    let rel = http
-        .post(format!("{b2}/v1/jobs/{other}/release"))
-        .bearer_auth(WORKER)
-        .json(&json!({ "token": other_tok }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(rel.status(), 204);
+    w2.release(other, &other_tok, "").await.unwrap();
     let st = srv2.store.status(other).await.unwrap().unwrap();
     assert_eq!(
         st.state,
@@ -284,14 +279,11 @@ async fn graceful_shutdown_keeps_live_leases_and_release_costs_no_attempt() {
         "handed back"
     );
     assert_eq!(st.attempt, 0, "the handed-back delivery does not count");
-    let again = http
-        .post(format!("{b2}/v1/jobs/{other}/release"))
-        .bearer_auth(WORKER)
-        .json(&json!({ "token": other_tok }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(again.status(), 409, "only the holder can release");
+    let again = w2.release(other, &other_tok, "").await.unwrap_err();
+    assert!(
+        matches!(again, ternflow_core::Error::LeaseLost(_)),
+        "only the holder can release: {again}"
+    );
     srv2.stop.take().unwrap().send(()).unwrap();
     srv2.done.await.unwrap().unwrap();
     assert!(matches!(
@@ -383,26 +375,9 @@ async fn producers_hear_finished_jobs_and_workers_do_not() {
         .send()
         .await
         .unwrap();
-    let r: serde_json::Value = http
-        .post(format!("{b}/v1/jobs/claim"))
-        .bearer_auth(WORKER)
-        .json(&json!({"worker": "w", "max": 1}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let tok = r["jobs"][0]["lease"]["token"].as_str().unwrap();
-    let ack = json!({"token": tok, "result": {"model_id": "m", "vector": "AACAPw==", "source": "engine"}});
-    let s = http
-        .post(format!("{b}/v1/jobs/fin/ack"))
-        .bearer_auth(WORKER)
-        .json(&ack)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(s.status(), 200);
+    let w = worker_client(&b, WORKER, "w");
+    let jobs = w.claim(1, 0).await.unwrap();
+    w.ack("fin", &ack_of(&jobs[0]), "").await.unwrap();
     let evs = read_events(&mut producer, &mut pbuf, 1).await;
     assert_eq!(evs[0].event, "finished", "{evs:?}");
     assert_eq!(evs[0].data, json!({"done": ["fin"]}));

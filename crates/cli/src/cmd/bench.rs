@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use ternflow_engine::Engine;
 
-use super::{load_engine, CmdResult};
+use super::{CmdResult, ModelArgs};
 
 /// Varied short sentences, about 15 ids each with `[CLS]`/`[SEP]`.
 pub const SHORT: &[&str] = &[
@@ -30,12 +30,9 @@ pub const SHORT: &[&str] = &[
 /// Arguments of `ternflow bench`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// TERN v1 model file (default: models/ternlight-int4.bin when present, as `serve`).
-    #[arg(long, env = "TERNFLOW_MODEL")]
-    pub model: Option<PathBuf>,
-    /// WordPiece vocabulary; the bundled one by default.
-    #[arg(long)]
-    pub vocab: Option<PathBuf>,
+    /// The model and vocabulary.
+    #[command(flatten)]
+    pub engine: ModelArgs,
     /// One input per line; without it, built-in short sentences and 128-id inputs.
     #[arg(long)]
     pub input: Option<PathBuf>,
@@ -93,10 +90,7 @@ pub fn long_inputs() -> Vec<String> {
 /// Runs `ternflow bench`.
 pub fn run(args: Args) -> CmdResult {
     let t = Instant::now();
-    let mut engine = load_engine(
-        &super::model_path(args.model.as_deref())?,
-        args.vocab.as_deref(),
-    )?;
+    let mut engine = args.engine.load()?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
     let first = engine.embed(SHORT[0]);

@@ -79,7 +79,6 @@ impl Command {
     }
 }
 
-/// Loads an engine from a model file and an optional vocabulary file.
 /// The model every command uses when `--model` is not given, when it is there (relative to the
 /// working directory, as in a checkout or next to an unpacked release).
 pub const DEFAULT_MODEL: &str = "models/ternlight-int4.bin";
@@ -99,17 +98,33 @@ pub fn model_path(model: Option<&std::path::Path>) -> Result<std::path::PathBuf,
     })
 }
 
-pub fn load_engine(
-    model: &std::path::Path,
-    vocab: Option<&std::path::Path>,
-) -> Result<ternflow_engine::Engine, Box<dyn std::error::Error>> {
-    let bytes = std::fs::read(model).map_err(|e| format!("{}: {e}", model.display()))?;
-    let engine = match vocab {
-        Some(v) => {
-            let text = std::fs::read_to_string(v).map_err(|e| format!("{}: {e}", v.display()))?;
-            ternflow_engine::Engine::from_vec_with_vocab(bytes, &text)?
-        }
-        None => ternflow_engine::Engine::from_vec(bytes)?,
-    };
-    Ok(engine)
+/// `--model` and `--vocab`: the engine's files, for the commands that embed here.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ModelArgs {
+    /// TERN v1 model file (default: models/ternlight-int4.bin when present, as `serve`).
+    #[arg(long, env = "TERNFLOW_MODEL")]
+    pub model: Option<std::path::PathBuf>,
+    /// WordPiece vocabulary (vocab.txt); the bundled BERT uncased one by default.
+    #[arg(long)]
+    pub vocab: Option<std::path::PathBuf>,
+}
+
+impl ModelArgs {
+    /// Loads the engine: the model (or [`DEFAULT_MODEL`]) with the vocabulary, if one is given.
+    ///
+    /// # Errors
+    /// A file that cannot be read, or that the engine refuses.
+    pub fn load(&self) -> Result<ternflow_engine::Engine, Box<dyn std::error::Error>> {
+        let model = model_path(self.model.as_deref())?;
+        let bytes = std::fs::read(&model).map_err(|e| format!("{}: {e}", model.display()))?;
+        let engine = match &self.vocab {
+            Some(v) => {
+                let text =
+                    std::fs::read_to_string(v).map_err(|e| format!("{}: {e}", v.display()))?;
+                ternflow_engine::Engine::from_vec_with_vocab(bytes, &text)?
+            }
+            None => ternflow_engine::Engine::from_vec(bytes)?,
+        };
+        Ok(engine)
+    }
 }
