@@ -45,26 +45,17 @@
 //             the embedded store
 import { fork, spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
-import { createHmac, randomBytes } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { setPriority, tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { connect as netConnect, createServer as netServer } from "node:net";
+import { connect as netConnect } from "node:net";
 import { Agent as HttpAgent, request as httpRequest } from "node:http";
 import { monitorEventLoopDelay, performance } from "node:perf_hooks";
+import { freePort, minter, root, sleep } from "../scripts/harness.mjs";
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const log = (...a) => console.log(...a);
 
-// ---- signed tokens ------------------------------------------------------------------------------
-const b64url = (b) => Buffer.from(b).toString("base64url");
-const minter = (secret) => (role, tenant, sub) => {
-  const head = b64url(JSON.stringify({ alg: "HS256", kid: "k1", typ: "JWT" }));
-  const body = b64url(JSON.stringify({ role, tenant, sub, exp: Math.floor(Date.now() / 1000) + 3500 }));
-  const sig = b64url(createHmac("sha256", secret).update(`${head}.${body}`).digest());
-  return `${head}.${body}.${sig}`;
-};
 // What a failed fetch was: the connection refused, or another network error (by its code).
 const netKind = (e) => {
   const code = e?.cause?.code ?? e?.code ?? e?.name ?? "error";
@@ -230,7 +221,6 @@ async function main() {
   if (args.store !== "embedded" && !/^rediss?:\/\//.test(args.store)) throw new Error("--store is `embedded` or a redis:// URL");
   if (!(args.rate > 0) || !(args.workers >= 1) || !(args.secs > 0) || !(args.noisyTokens >= 1) || !(args.rounds >= 1)) throw new Error("--rate, --workers, --secs, --rounds and --noisy-tokens must be positive");
 
-  const freePort = () => new Promise((res) => { const s = netServer(); s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => res(p)); }); });
   const tmp = mkdtempSync(join(tmpdir(), "ternflow-noisy-"));
   const runId = randomBytes(4).toString("hex");
   const redisPrefix = `tfbench-noisy-${runId}`;

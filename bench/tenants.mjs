@@ -27,13 +27,11 @@
 //   --keep         keep the data directory (embedded) or the Redis keys
 import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
-import { createHmac, randomBytes } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
-import { createServer as netServer } from "node:net";
+import { join, resolve } from "node:path";
+import { freePort, minter, root, sleep } from "../scripts/harness.mjs";
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const args = {
   bin: join(root, "target/release/ternflow"), model: join(root, "models/ternlight-int4.bin"),
   tenants: 10000, concurrency: 32, store: "embedded", settle: 0, serveArgs: [], keep: false,
@@ -56,21 +54,13 @@ if (!(args.tenants >= 1) || !(args.concurrency >= 1)) throw new Error("--tenants
 if (args.store !== "embedded" && !/^rediss?:\/\//.test(args.store)) throw new Error("--store is `embedded` or a redis:// URL");
 
 const log = (...a) => console.log(...a);
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const freePort = () => new Promise((res) => { const s = netServer(); s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => res(p)); }); });
 const tmp = mkdtempSync(join(tmpdir(), "ternflow-tenants-"));
 const runId = randomBytes(4).toString("hex");
 const redisPrefix = `tfbench-tenants-${runId}`;
 
 // ---- signed tokens: a tenant and a `sub` each ---------------------------------------------------
 const secret = randomBytes(32);
-const b64url = (b) => Buffer.from(b).toString("base64url");
-const mint = (role, tenant, sub) => {
-  const head = b64url(JSON.stringify({ alg: "HS256", kid: "k1", typ: "JWT" }));
-  const body = b64url(JSON.stringify({ role, tenant, sub, exp: Math.floor(Date.now() / 1000) + 3500 }));
-  const sig = b64url(createHmac("sha256", secret).update(`${head}.${body}`).digest());
-  return `${head}.${body}.${sig}`;
-};
+const mint = minter(secret);
 
 // ---- the server ---------------------------------------------------------------------------------
 const port = await freePort();

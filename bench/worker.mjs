@@ -9,17 +9,14 @@
 // Prints: bare-engine vs end-to-end queue throughput with one worker each (0 %, 50 % remote, 100 % local and
 // 100 % remote hits, and 0 % hits under producer-chosen job ids), local hit latency (same
 // worker, and read from IndexedDB after a reload) vs a miss's, wasm memory after the model loads, and the cold start.
-import { createServer } from "node:http";
 import { spawn, execFileSync } from "node:child_process";
 import { readFileSync, existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { resolve, extname, normalize, join } from "node:path";
-import { fileURLToPath } from "node:url";
-import { chromium } from "playwright-core";
+import { resolve, join } from "node:path";
 import { snapshot, diff, describe, children } from "./cpu.mjs";
 import { availableParallelism } from "node:os";
+import { freePort, launchChromium, pageResult, root, serveStatic } from "../scripts/harness.mjs";
 
-const root = resolve(fileURLToPath(new URL(".", import.meta.url)), "..");
 const args = { model: null, n: 300, concurrency: undefined, workers: 1, repeat: 3, config: undefined };
 for (let i = 2; i < process.argv.length; i++) {
   const k = process.argv[i];
@@ -265,47 +262,26 @@ const cpuLine = (phase, jobsPerRun) => {
   return describe(sum, jobsPerRun * args.repeat, wall, availableParallelism());
 };
 
-const types = { ".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm", ".bin": "application/octet-stream" };
-const http = createServer((req, res) => {
-  const url = new URL(req.url, "http://x");
-  let body, type;
-  if (url.pathname === "/__cpu") {
-    marks.set(url.searchParams.get("mark"), { at: performance.now(), cpu: snapshot(cpuRoots()) });
-    res.writeHead(204).end();
-    return;
-  }
-  if (url.pathname === "/") [body, type] = [page, "text/html"];
-  else if (url.pathname === "/model.bin" || url.pathname === "/pkg/ternlight-int4.bin") [body, type] = [readFileSync(model), types[".bin"]];
-  else {
-    const rel = normalize(decodeURIComponent(url.pathname)).replace(/^\/+/, "");
-    const file = args.pkg && rel.startsWith("pkg/") ? resolve(args.pkg, rel.slice(4)) : resolve(root, rel);
-    if (!(rel.startsWith("pkg/") || rel.startsWith("bench/")) || !existsSync(file)) { res.writeHead(404).end(); return; }
-    [body, type] = [readFileSync(file), types[extname(file)] ?? "application/octet-stream"];
-  }
-  // Cross-origin isolated, for fine-grained performance.now() (the API answers with CORP headers).
-  res.writeHead(200, { "Content-Type": type, "Cache-Control": "no-store",
-    "Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp" });
-  res.end(body);
+// Cross-origin isolated, for fine-grained performance.now() (the API answers with CORP headers).
+const http = await serveStatic({ "/": page }, {
+  allow: ["pkg/", "bench/"],
+  files: { "/model.bin": model, "/pkg/ternlight-int4.bin": model, ...(args.pkg ? { "/pkg/": args.pkg } : {}) },
+  headers: { "Cache-Control": "no-store", "Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp" },
+  routes: {
+    "/__cpu": (url, res) => {
+      marks.set(url.searchParams.get("mark"), { at: performance.now(), cpu: snapshot(cpuRoots()) });
+      res.writeHead(204).end();
+    },
+  },
 });
-await new Promise((r) => http.listen(0, "127.0.0.1", r));
 
-const browser = await chromium.launch({
-  executablePath: "/usr/bin/chromium",
-  args: ["--no-sandbox", "--headless=new", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run",
-    // measureUserAgentSpecificMemory answers at once instead of at the next GC (up to 20 s)
-    "--enable-blink-features=ForceEagerMeasureMemory",
-    // e.g. BENCH_CHROMIUM_ARGS=--js-flags=--perf-basic-prof, for `perf record` of the workers
-    ...(process.env.BENCH_CHROMIUM_ARGS ?? "").split(" ").filter(Boolean)],
-});
+const browser = await launchChromium([
+  // measureUserAgentSpecificMemory answers at once instead of at the next GC (up to 20 s)
+  "--enable-blink-features=ForceEagerMeasureMemory",
+  // e.g. BENCH_CHROMIUM_ARGS=--js-flags=--perf-basic-prof, for `perf record` of the workers
+  ...(process.env.BENCH_CHROMIUM_ARGS ?? "").split(" ").filter(Boolean)]);
 try {
-  const tab = await browser.newPage();
-  tab.on("console", (m) => console.error(`[page] ${m.text()}`));
-  await tab.goto(`http://127.0.0.1:${http.address().port}/`);
-  await tab.waitForFunction(() => window.__result || window.__error, null, { timeout: 600000, polling: 200 });
-  const err = await tab.evaluate(() => window.__error);
-  if (err) throw new Error(err);
-  const r = await tab.evaluate(() => window.__result);
+  const r = await pageResult(browser, `${http.url}/`);
   const rawRate = r.raw.rate;
   const queueRate = (r.n * 1000) / r.queueMs;
   // The share of the bare engine: the median over the R (bare, queue) pairs of their ratio.
@@ -344,10 +320,3 @@ try {
   rmSync(tmp, { recursive: true, force: true });
 }
 
-async function freePort() {
-  const s = createServer();
-  await new Promise((r) => s.listen(0, "127.0.0.1", r));
-  const { port } = s.address();
-  await new Promise((r) => s.close(r));
-  return port;
-}

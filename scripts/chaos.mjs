@@ -18,8 +18,7 @@ import { mkdtempSync, mkdirSync, readFileSync, writeFileSync, rmSync } from "nod
 import { createHash } from "node:crypto";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { createServer as netServer } from "node:net";
-import { client, launchChromium, root, serveStatic, sleep } from "./harness.mjs";
+import { client, freePort, launchChromium, root, serveStatic, sleep } from "./harness.mjs";
 
 const args = { bin: "", model: "", jobs: 10000, workers: 4, short: false, cluster: false, out: "" };
 for (let i = 2; i < process.argv.length; i++) {
@@ -48,7 +47,6 @@ mkdirSync(out, { recursive: true });
 const log = (...a) => console.log(...a);
 const t00 = performance.now();
 const at = () => ((performance.now() - t00) / 1000).toFixed(1).padStart(5) + " s";
-const freePort = () => new Promise((res) => { const s = netServer(); s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => res(p)); }); });
 const children = new Set();
 const start = (cmd, argv, name) => {
   const c = spawn(cmd, argv, { stdio: ["ignore", "ignore", "pipe"] });

@@ -1,40 +1,102 @@
-// What the demo and chaos drivers share: a static file server for the page that runs the Web
-// Workers (pkg/ and www/ of this checkout), Debian's Chromium through playwright-core (never a
-// downloaded browser), the server's HTTP API, an SSE reader and the figures' arithmetic.
+// What the demo, chaos and liars drivers and the browser benchmarks share: a static file server
+// for the pages that run the engine and the Web Workers (pkg/ and www/ of this checkout by
+// default), Debian's Chromium through playwright-core (never a downloaded browser), a free port,
+// signed test tokens, the server's HTTP API, an SSE reader and the figures' arithmetic.
 import { createServer } from "node:http";
-import { readFileSync, existsSync } from "node:fs";
-import { resolve, extname, normalize } from "node:path";
+import { createServer as createNetServer } from "node:net";
+import { createHmac } from "node:crypto";
+import { readFileSync, statSync } from "node:fs";
+import { resolve, extname, normalize, sep } from "node:path";
 import { fileURLToPath } from "node:url";
-import { chromium } from "playwright-core";
 
 export const root = resolve(fileURLToPath(new URL(".", import.meta.url)), "..");
 
 const TYPES = { ".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm",
   ".bin": "application/octet-stream", ".txt": "text/plain", ".html": "text/html", ".css": "text/css" };
 
-/** Serves `pages` (path → HTML) and the files under pkg/ and www/ on 127.0.0.1; returns its URL. */
-export async function serveStatic(pages) {
-  const http = createServer((req, res) => {
-    const path = new URL(req.url, "http://x").pathname;
-    if (pages[path]) { res.writeHead(200, { "Content-Type": "text/html" }).end(pages[path]); return; }
-    const rel = normalize(decodeURIComponent(path)).replace(/^\/+/, "");
+/** Whether `file` is `dir` or under it. */
+const within = (dir, file) => file === dir || file.startsWith(dir.endsWith(sep) ? dir : dir + sep);
+const isFile = (file) => { try { return statSync(file).isFile(); } catch { return false; } };
+
+/**
+ * Serves `pages` (path → HTML) and files on 127.0.0.1; resolves to `{ url, close }`. Anything
+ * else is a 404. Options:
+ *   allow    path prefixes under the repo root that may be served (default `pkg/` and `www/`)
+ *   files    URL path → absolute file path, for files outside those folders (a model, an input);
+ *            a URL path ending in `/` maps a folder instead (e.g. `{ "/pkg/": "/tmp/other-pkg" }`),
+ *            taking precedence over `allow`
+ *   headers  added to every page and file served (e.g. COOP / COEP for cross-origin isolation,
+ *            `Cache-Control`)
+ *   routes   URL path → `(url, res) => void`, answered before anything else (dynamic endpoints)
+ */
+export async function serveStatic(pages, { allow = ["pkg/", "www/"], files = {}, headers = {}, routes = {} } = {}) {
+  const mounts = Object.entries(files).filter(([p]) => p.endsWith("/"));
+  const lookup = (path) => {
+    if (Object.hasOwn(files, path) && !path.endsWith("/")) return files[path];
+    let rel;
+    try { rel = normalize(decodeURIComponent(path)).replace(/^\/+/, ""); } catch { return null; }
+    for (const [prefix, dir] of mounts) {
+      if (!("/" + rel).startsWith(prefix)) continue;
+      const file = resolve(dir, ("/" + rel).slice(prefix.length));
+      return within(resolve(dir), file) ? file : null;
+    }
     const file = resolve(root, rel);
-    if (!(rel.startsWith("pkg/") || rel.startsWith("www/")) || !existsSync(file)) { res.writeHead(404).end(); return; }
-    res.writeHead(200, { "Content-Type": TYPES[extname(file)] ?? "application/octet-stream" }).end(readFileSync(file));
+    return allow.some((a) => rel.startsWith(a)) && within(root, file) ? file : null;
+  };
+  const http = createServer((req, res) => {
+    const url = new URL(req.url, "http://x");
+    const path = url.pathname;
+    if (Object.hasOwn(routes, path)) { routes[path](url, res); return; }
+    if (pages[path]) { res.writeHead(200, { ...headers, "Content-Type": "text/html" }).end(pages[path]); return; }
+    const file = lookup(path);
+    if (!file || !isFile(file)) { res.writeHead(404).end(); return; }
+    res.writeHead(200, { ...headers, "Content-Type": TYPES[extname(file)] ?? "application/octet-stream" }).end(readFileSync(file));
   });
   await new Promise((r) => http.listen(0, "127.0.0.1", r));
   return { url: `http://127.0.0.1:${http.address().port}`, close: () => http.close() };
 }
 
-/** Headless Chromium (Debian's /usr/bin/chromium). */
-export function launchChromium() {
+/** Headless Chromium (Debian's /usr/bin/chromium); `extraArgs` are added to its command line. */
+export async function launchChromium(extraArgs = []) {
+  // Imported here: the drivers that start no browser (bench/tenants.mjs, bench/noisy.mjs) do not need playwright-core.
+  const { chromium } = await import("playwright-core");
   return chromium.launch({
     executablePath: "/usr/bin/chromium",
     args: ["--no-sandbox", "--headless=new", "--disable-gpu", "--disable-background-networking",
       "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run",
-      "--disable-background-timer-throttling", "--disable-renderer-backgrounding"],
+      "--disable-background-timer-throttling", "--disable-renderer-backgrounding", ...extraArgs],
   });
 }
+
+/**
+ * Opens `url` in a new tab of `browser` (its console on stderr, as `[page] …`) and waits, 10 min
+ * at most, for the page to set `window.__result` or `window.__error`: resolves to the result,
+ * throws the error.
+ */
+export async function pageResult(browser, url) {
+  const tab = await browser.newPage();
+  tab.on("console", (m) => console.error(`[page] ${m.text()}`));
+  await tab.goto(url);
+  await tab.waitForFunction(() => window.__result || window.__error, null, { timeout: 600000, polling: 200 });
+  const err = await tab.evaluate(() => window.__error);
+  if (err) throw new Error(err);
+  return tab.evaluate(() => window.__result);
+}
+
+/** A free TCP port on 127.0.0.1. */
+export const freePort = () => new Promise((res) => {
+  const s = createNetServer();
+  s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => res(p)); });
+});
+
+/** `mint(role, tenant, sub)`: HS256 tokens signed with `secret` (key id `k1`, valid for 3 500 s). */
+export const minter = (secret) => (role, tenant, sub) => {
+  const b64url = (b) => Buffer.from(b).toString("base64url");
+  const head = b64url(JSON.stringify({ alg: "HS256", kid: "k1", typ: "JWT" }));
+  const body = b64url(JSON.stringify({ role, tenant, sub, exp: Math.floor(Date.now() / 1000) + 3500 }));
+  const sig = b64url(createHmac("sha256", secret).update(`${head}.${body}`).digest());
+  return `${head}.${body}.${sig}`;
+};
 
 /** A client of one `ternflow serve`. */
 export function client(base, token) {

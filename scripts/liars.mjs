@@ -19,12 +19,11 @@
 //   --no-verify the server without recomputation (with --liars 0: the throughput baseline)
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { createHash, createHmac, randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
-import { createServer as netServer } from "node:net";
-import { client, launchChromium, root, serveStatic, sleep } from "./harness.mjs";
+import { client, freePort, launchChromium, minter, root, serveStatic, sleep } from "./harness.mjs";
 
 const args = { bin: "", model: "", jobs: 100000, honest: 2, liars: 1, verify: true, pkg: "pkg" };
 for (let i = 2; i < process.argv.length; i++) {
@@ -49,17 +48,11 @@ const fetchRetry = async (url, init) => {
     try { return await fetch(url, init); } catch (e) { if (i >= 4) throw e; await sleep(100); }
   }
 };
-const freePort = () => new Promise((res) => { const s = netServer(); s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => res(p)); }); });
 
 // ---- signed tokens, one identity each -------------------------------------------------------
 const secret = randomBytes(32);
-const b64url = (b) => Buffer.from(b).toString("base64url");
-const mint = (role, sub) => {
-  const head = b64url(JSON.stringify({ alg: "HS256", kid: "k1", typ: "JWT" }));
-  const body = b64url(JSON.stringify({ role, tenant: "chaos", sub, exp: Math.floor(Date.now() / 1000) + 3500 }));
-  const sig = b64url(createHmac("sha256", secret).update(`${head}.${body}`).digest());
-  return `${head}.${body}.${sig}`;
-};
+const mintFor = minter(secret);
+const mint = (role, sub) => mintFor(role, "chaos", sub);
 
 // ---- the server ---------------------------------------------------------------------------------
 const port = await freePort();
