@@ -57,7 +57,8 @@ run fmt cargo fmt --all --check
 run clippy-native cargo clippy --workspace --all-targets --locked -- -D warnings
 run clippy-wasm cargo clippy --target wasm32-unknown-unknown -p ternflow -p ternflow-core -p ternflow-engine --all-targets --locked -- -D warnings
 run clippy-wasi cargo clippy --target wasm32-wasip2 -p ternflow-wasi --all-targets --locked -- -D warnings
-run clippy-wasi-backend cargo clippy --target wasm32-wasip2 -p ternflow-wasi --no-default-features --all-targets --locked -- -D warnings
+run clippy-wasi-backend cargo clippy --target wasm32-wasip2 -p ternflow-wasi --no-default-features --features p2 --all-targets --locked -- -D warnings
+run clippy-wasi-p3 cargo clippy --target wasm32-wasip2 -p ternflow-wasi --no-default-features --features engine,p3 --all-targets --locked -- -D warnings
 run cargo-test cargo test --workspace --locked
 # The WASI components under a real Wasmtime against a real `ternflow serve` (crates/cli/tests/wasi.rs;
 # ignored in the plain cargo test above because they need the wasm32-wasip2 build and Wasmtime).

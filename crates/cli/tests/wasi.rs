@@ -93,8 +93,11 @@ impl Worker {
     /// server).
     fn start(wasm: &str, base: &str, config: Value, flags: &[&str], model_file: bool) -> Worker {
         let mut cmd = Command::new(wasmtime());
-        cmd.args(["run", "-S", "http"])
-            .arg("--env")
+        cmd.args(["run", "-S", "http"]);
+        if wasm.ends_with("-p3") {
+            cmd.args(["-S", "p3"]);
+        }
+        cmd.arg("--env")
             .arg(format!("TERNFLOW_SERVER={base}"))
             .arg("--env")
             .arg(format!("TERNFLOW_TOKEN={WORKER}"))
@@ -326,14 +329,14 @@ fn prerequisites_are_there() {
         "ternflow-wasi-worker",
         "ternflow-wasi-worker-backend",
         "ternflow-wasi-handler",
+        "ternflow-wasi-worker-p3",
+        "ternflow-wasi-handler-p3",
     ] {
         component(c);
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs Wasmtime and the wasm32-wasip2 build: run by scripts/test.sh"]
-async fn queue_jobs_are_done_with_the_engines_vectors_and_a_bad_job_is_dead_lettered() {
+async fn queue_jobs_are_done_with_the_engines_vectors_and_a_bad_job_is_dead_lettered(wasi: Wasi) {
     let (_dir, srv) = model_server(&[]);
     let base = srv.base.clone();
     let texts = uniq("queue", 24);
@@ -344,7 +347,7 @@ async fn queue_jobs_are_done_with_the_engines_vectors_and_a_bad_job_is_dead_lett
     let cfg = json!({"concurrency": 8, "claimWaitMs": 300, "maxTextBytes": 200,
                      "workerId": "wasi-engine"});
     let mut w = Worker::start(
-        "ternflow-wasi-worker",
+        wasi.worker(),
         &base,
         cfg,
         &["--idle-exit-ms", "1500"],
@@ -405,9 +408,7 @@ async fn a_backend_only_worker_embeds_through_the_server_with_the_same_vectors()
     assert_engine_vectors(&base, &ids, &texts, &["backend"]).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs Wasmtime and the wasm32-wasip2 build: run by scripts/test.sh"]
-async fn the_server_killed_mid_batch_then_back_loses_nothing() {
+async fn the_server_killed_mid_batch_then_back_loses_nothing(wasi: Wasi) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let port = free_port();
@@ -420,7 +421,7 @@ async fn the_server_killed_mid_batch_then_back_loses_nothing() {
     let ids = enqueue(&base, &texts, None).await;
     let cfg = json!({"concurrency": 4, "claimWaitMs": 300,
                      "retry": {"baseMs": 100, "maxMs": 500, "maxAttempts": 40}});
-    let mut w = Worker::start("ternflow-wasi-worker", &base, cfg, &["--stop-on-eof"], true);
+    let mut w = Worker::start(wasi.worker(), &base, cfg, &["--stop-on-eof"], true);
     w.event("ready", 120);
     // Mid-batch: some jobs done, most not.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -452,13 +453,11 @@ async fn the_server_killed_mid_batch_then_back_loses_nothing() {
     assert_engine_vectors(&srv.base, &ids, &texts, &["engine", "local"]).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs Wasmtime and the wasm32-wasip2 build: run by scripts/test.sh"]
-async fn a_lost_lease_is_redelivered_and_the_job_done_once() {
+async fn a_lost_lease_is_redelivered_and_the_job_done_once(wasi: Wasi) {
     let (_dir, srv) = model_server(&["--lease-ms", "1500"]);
     let base = srv.base.clone();
     let cfg = json!({"concurrency": 1, "claimWaitMs": 20000});
-    let mut w = Worker::start("ternflow-wasi-worker", &base, cfg, &["--stop-on-eof"], true);
+    let mut w = Worker::start(wasi.worker(), &base, cfg, &["--stop-on-eof"], true);
     w.event("ready", 120);
     // The worker now waits inside a long-poll claim. Freeze it there, then enqueue: the server
     // hands the job to that claim, whose answer the frozen worker cannot read.
@@ -535,9 +534,7 @@ async fn a_lost_lease_is_redelivered_and_the_job_done_once() {
     assert_engine_vectors(&base, &ids, &text, &["local"]).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs Wasmtime and the wasm32-wasip2 build: run by scripts/test.sh"]
-async fn stop_hands_unfinished_jobs_back_without_using_an_attempt() {
+async fn stop_hands_unfinished_jobs_back_without_using_an_attempt(wasi: Wasi) {
     // A server without a model: jobs for a model the worker's engine does not run go to the
     // backend, which answers 503, so they stay in flight, retrying, until the worker stops.
     let dir = tempfile::tempdir().unwrap();
@@ -549,7 +546,7 @@ async fn stop_hands_unfinished_jobs_back_without_using_an_attempt() {
                      "retry": {"baseMs": 100, "maxMs": 300, "maxAttempts": 1000}});
     let t0 = Instant::now();
     let mut w = Worker::start(
-        "ternflow-wasi-worker",
+        wasi.worker(),
         &base,
         cfg,
         &["--run-ms", "4000", "--drain-ms", "300"],
@@ -578,21 +575,20 @@ async fn stop_hands_unfinished_jobs_back_without_using_an_attempt() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs Wasmtime and the wasm32-wasip2 build: run by scripts/test.sh"]
-async fn the_http_handler_answers_vectors_and_a_cached_repeat() {
+async fn the_http_handler_answers_vectors_and_a_cached_repeat(wasi: Wasi) {
     let (_dir, srv) = model_server(&[]);
     let port = free_port();
     let mut child = Command::new(wasmtime())
         // Without the pooling allocator (not in the pinned build: see scripts/setup.sh).
         .args(["serve", "-S", "cli", "-O", "pooling-allocator=n"])
+        .args(wasi.serve_flags())
         .args(["--max-instance-reuse-count", "64", "--addr"])
         .arg(format!("127.0.0.1:{port}"))
         .arg("--env")
         .arg(format!("TERNFLOW_SERVER={}", srv.base))
         .arg("--env")
         .arg(format!("TERNFLOW_TOKEN={WORKER}"))
-        .arg(component("ternflow-wasi-handler"))
+        .arg(component(wasi.handler()))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -641,6 +637,33 @@ async fn the_http_handler_answers_vectors_and_a_cached_repeat() {
     let want = if served >= 2 { "local" } else { "remote" };
     assert_eq!(source, want, "instance served {served} requests: {again}");
     assert_eq!(again["vectors"][0], first["vectors"][0]);
+    // Many requests at once: every answer right; on WASI 0.3 one instance works on several at a
+    // time (the handler reports how many it had in flight when each arrived), on WASI 0.2 never.
+    let many = uniq("concurrent", 16);
+    let answers =
+        futures_util::future::join_all(many.iter().map(|t| post(json!({"texts": [t]})))).await;
+    let want = native(&many);
+    let mut most_at_once = 0;
+    for (r, w) in answers.into_iter().zip(&want) {
+        let r = r.unwrap();
+        assert_eq!(r.status(), 200);
+        let at_once: u64 = r.headers()["x-ternflow-instance-in-flight"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        most_at_once = most_at_once.max(at_once);
+        let v: Value = r.json().await.unwrap();
+        let v: Vec<f32> = serde_json::from_value(v["vectors"][0].clone()).unwrap();
+        assert!(cosine(&v, w) >= 0.9999);
+    }
+    match wasi {
+        Wasi::P2 => assert_eq!(most_at_once, 1, "a WASI 0.2 instance serves one at a time"),
+        Wasi::P3 => assert!(
+            most_at_once >= 2,
+            "one WASI 0.3 instance had {most_at_once} in flight at most"
+        ),
+    }
     // The edge handler's error contract.
     let r = http.get(&url).send().await.unwrap();
     assert_eq!(r.status(), 405);
@@ -653,3 +676,67 @@ async fn the_http_handler_answers_vectors_and_a_cached_repeat() {
         .unwrap();
     assert_eq!(r.status(), 413);
 }
+
+/// Which build of the components a test runs: WASI 0.2 (wstd) or WASI 0.3 (native async, run
+/// with `-S p3`). The tests are the same; only the component and the Wasmtime flags differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wasi {
+    P2,
+    P3,
+}
+
+impl Wasi {
+    fn worker(self) -> &'static str {
+        match self {
+            Wasi::P2 => "ternflow-wasi-worker",
+            Wasi::P3 => "ternflow-wasi-worker-p3",
+        }
+    }
+
+    fn handler(self) -> &'static str {
+        match self {
+            Wasi::P2 => "ternflow-wasi-handler",
+            Wasi::P3 => "ternflow-wasi-handler-p3",
+        }
+    }
+
+    /// `wasmtime serve` flags: WASI 0.3's, with up to 16 requests at once per instance.
+    fn serve_flags(self) -> &'static [&'static str] {
+        match self {
+            Wasi::P2 => &[],
+            Wasi::P3 => &["-S", "p3", "--max-instance-concurrent-reuse-count", "16"],
+        }
+    }
+}
+
+/// Each test above once per build: `p2::NAME` and `p3::NAME`.
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod p2 {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[ignore = "needs Wasmtime and the wasm32-wasip2 build: run by scripts/test.sh"]
+                async fn $name() {
+                    super::$name(super::Wasi::P2).await;
+                }
+            )*
+        }
+        mod p3 {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[ignore = "needs Wasmtime and the wasm32-wasip2 build: run by scripts/test.sh"]
+                async fn $name() {
+                    super::$name(super::Wasi::P3).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both!(
+    queue_jobs_are_done_with_the_engines_vectors_and_a_bad_job_is_dead_lettered,
+    the_server_killed_mid_batch_then_back_loses_nothing,
+    a_lost_lease_is_redelivered_and_the_job_done_once,
+    stop_hands_unfinished_jobs_back_without_using_an_attempt,
+    the_http_handler_answers_vectors_and_a_cached_repeat,
+);

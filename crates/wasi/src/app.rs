@@ -52,10 +52,16 @@ pub fn memory_bytes() -> usize {
     core::arch::wasm32::memory_size(0) * 65_536
 }
 
+#[cfg(feature = "p2")]
 fn random_u64() -> u64 {
     let mut b = [0u8; 8];
     wstd::rand::get_random_bytes(&mut b);
     u64::from_le_bytes(b)
+}
+
+#[cfg(feature = "p3")]
+fn random_u64() -> u64 {
+    wasip3::random::random::get_random_u64()
 }
 
 /// Builds the pipeline from `settings`, loading the model (unless backend-only).

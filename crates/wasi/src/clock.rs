@@ -1,5 +1,6 @@
-//! Time from `wasi:clocks`: the wall clock for timestamps, and the monotonic clock's pollable
-//! for sleeping (the reactor blocks in `wasi:io/poll` until it fires: no spinning).
+//! Time from `wasi:clocks`: the wall clock for timestamps, and the monotonic clock for sleeping.
+//! WASI 0.2: its pollable (the reactor blocks in `wasi:io/poll` until it fires); WASI 0.3: the
+//! async `wait-for` import (the task waits in the host). No spinning either way.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -16,7 +17,13 @@ impl Clock for WasiClock {
             .map_or(0, |d| d.as_millis() as u64)
     }
 
+    #[cfg(feature = "p2")]
     async fn sleep(&self, ms: u64) {
         wstd::task::sleep(wstd::time::Duration::from_millis(ms)).await;
+    }
+
+    #[cfg(feature = "p3")]
+    async fn sleep(&self, ms: u64) {
+        wasip3::clocks::monotonic_clock::wait_for(ms.saturating_mul(1_000_000)).await;
     }
 }

@@ -1,5 +1,6 @@
-//! `ternflow-wasi`: the ternflow worker as a WASI 0.2 component (`wasm32-wasip2`), on
-//! `ternflow-core` unchanged. Two shapes from one crate:
+//! `ternflow-wasi`: the ternflow worker as a WASI component (`wasm32-wasip2`), on
+//! `ternflow-core` unchanged, for WASI 0.2 (feature `p2`, the default) or WASI 0.3 (feature `p3`).
+//! Two shapes from one crate:
 //!
 //! - `ternflow-wasi-worker` (`wasmtime run -S http …`): the claim loop against `ternflow serve`
 //!   over `wasi:http` outgoing requests, with bounded concurrency (claims ask only for free
@@ -8,16 +9,21 @@
 //! - `ternflow-wasi-handler` (`wasmtime serve …`): an incoming `wasi:http` handler with the edge
 //!   `fetch` handler's contract.
 //!
-//! Async I/O runs on [wstd]'s executor over `wasi:io/poll`: every wait (a request, a timer,
-//! standard input) is a pollable, and when nothing is ready the instance blocks in `poll` inside
-//! the host. `docs/wasi.md` says why WASI 0.2 and what WASI 0.3 would change.
+//! WASI 0.2: async I/O runs on [wstd]'s executor over `wasi:io/poll`: every wait (a request, a
+//! timer, standard input) is a pollable, and when nothing is ready the instance blocks in `poll`
+//! inside the host. WASI 0.3: the imports are async functions of the component model (`wasi:http`
+//! `client.send`, `monotonic-clock.wait-for`, streams for bodies and stdin) and the exports are
+//! async too (`wasi:cli/run`, `wasi:http/handler`): wit-bindgen's executor runs the tasks, the
+//! host drives them, and one handler instance serves several requests at once. Only the I/O
+//! adapter differs between the two builds (`http.rs` or `http_p3.rs`, the `p2`/`p3` lines of
+//! `clock`, `app` and `worker`, and the entry points); `docs/wasi.md` compares them.
 //!
 //! # Layout
 //! - [`settings`]: environment variables and worker flags (portable).
 //! - [`engine`]: the engine inside as an `Embedder`, or an empty slot in a backend-only build
 //!   (`--no-default-features`) (portable).
 //! - WASI only: `http` (the server's protocol over `wasi:http`: queue, remote cache, locks,
-//!   backend, metrics, model download), `clock` (`wasi:clocks`), `app` (the pipeline over these
+//!   backend, metrics, model download; `http.rs` on WASI 0.2, `http_p3.rs` on 0.3), `clock` (`wasi:clocks`), `app` (the pipeline over these
 //!   adapters, with core's `MemLocal` as the local cache; model loading; memory figures),
 //!   `worker` (the long-running loop and its stop controller), `handler` (the HTTP handler).
 //! - `src/bin/worker.rs`, `src/bin/handler.rs`: the two components' entry points.
@@ -33,7 +39,15 @@ pub mod app;
 pub mod clock;
 #[cfg(all(target_arch = "wasm32", target_os = "wasi"))]
 pub mod handler;
-#[cfg(all(target_arch = "wasm32", target_os = "wasi"))]
+#[cfg(all(target_arch = "wasm32", target_os = "wasi", feature = "p2"))]
 pub mod http;
+#[cfg(all(target_arch = "wasm32", target_os = "wasi", feature = "p3"))]
+#[path = "http_p3.rs"]
+pub mod http;
+
+#[cfg(all(target_os = "wasi", feature = "p2", feature = "p3"))]
+compile_error!("ternflow-wasi: features p2 and p3 are exclusive (the p3 build: --no-default-features --features engine,p3)");
+#[cfg(all(target_os = "wasi", not(feature = "p2"), not(feature = "p3")))]
+compile_error!("ternflow-wasi: pick the I/O adapter, feature p2 (WASI 0.2) or p3 (WASI 0.3)");
 #[cfg(all(target_arch = "wasm32", target_os = "wasi"))]
 pub mod worker;

@@ -13,7 +13,6 @@ use ternflow_core::messages::RunSummary;
 use ternflow_core::metrics::{gauges, names};
 use ternflow_core::ports::{Clock, Wakeups};
 use ternflow_core::Pipeline;
-use wstd::io::AsyncRead;
 
 use crate::app::{self, memory_bytes, Wasi};
 use crate::clock::WasiClock;
@@ -113,7 +112,9 @@ async fn idle_for(p: &Pipeline<Wasi>, ms: u64) {
 }
 
 /// Resolves when standard input reaches its end (or fails).
+#[cfg(feature = "p2")]
 async fn stdin_closed() {
+    use wstd::io::AsyncRead;
     let mut stdin = wstd::io::stdin();
     let mut buf = [0u8; 256];
     while let Ok(n) = stdin.read(&mut buf).await {
@@ -121,6 +122,15 @@ async fn stdin_closed() {
             break;
         }
     }
+}
+
+/// Resolves when standard input reaches its end (or fails): WASI 0.3's stdin is a
+/// `stream<u8>`, read (and dropped) until the host closes it.
+#[cfg(feature = "p3")]
+async fn stdin_closed() {
+    use wasip3::wit_bindgen::StreamResult;
+    let (mut stdin, _done) = wasip3::cli::stdin::read_via_stream();
+    while let (StreamResult::Complete(_), _) = stdin.read(Vec::with_capacity(256)).await {}
 }
 
 /// Pushes a snapshot every [`METRICS_INTERVAL_MS`] while the counters change (an idle worker
