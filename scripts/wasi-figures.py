@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
-"""Figures of the WASI worker component (crates/wasi) under Wasmtime, against a real `ternflow serve`.
+"""Figures of the WASI components (crates/wasi) under Wasmtime, against a real `ternflow serve`:
+the WASI 0.2 builds and the WASI 0.3 (p3) builds side by side, in one run.
 
     scripts/build-wasi.sh && cargo build --release -p ternflow-cli
-    python3 scripts/wasi-figures.py [--instances 8] [--jobs 600] [--idle-secs 30]
+    python3 scripts/wasi-figures.py [--instances 8] [--jobs 600] [--idle-secs 30] [--requests 400]
 
-Prints, per instance: linear memory after start with the engine (and how much of it is the
-model) and backend-only; proportional set size (PSS) of each `wasmtime run` process; how many
-instances fit in 1 GiB either way; start-up time (spawn to ready, and the instance's own init);
-jobs/s of one instance, with the engine and backend-only; CPU used by an idle worker over
-`--idle-secs`. Starts its own server on a free port with a temporary embedded store, and kills
-everything it started on exit. Standard library only.
+Prints, per worker instance (WASI 0.2 with the engine, backend-only, WASI 0.3 with the engine):
+linear memory after start (and how much of it is the model); proportional set size (PSS) of each
+`wasmtime run` process; how many instances fit in 1 GiB; start-up time (spawn to ready, and the
+instance's own init); jobs/s of one instance; CPU used by an idle worker over `--idle-secs`.
+Then the HTTP handler under `wasmtime serve` (WASI 0.2 and 0.3): requests/s and p50/p99 latency
+with 1 and 16 requests at once, distinct texts (every request embeds), how many instances served
+them and how many requests one instance had in flight at most, and the PSS of the serve process.
+Starts its own server on a free port with a temporary embedded store, and kills everything it
+started on exit. Standard library only.
 """
 
 import argparse
@@ -64,7 +68,8 @@ class Worker:
     """One `wasmtime run` of a worker component; its JSON stdout lines are collected."""
 
     def __init__(self, wasm, base, config, flags=()):
-        cmd = [WASMTIME, "run", "-S", "http",
+        p3 = ["-S", "p3"] if wasm.endswith("-p3") else []
+        cmd = [WASMTIME, "run", "-S", "http", *p3,
                "--env", "TERNFLOW_SERVER=" + base, "--env", "TERNFLOW_TOKEN=" + TOKEN,
                "--env", "TERNFLOW_CONFIG=" + json.dumps(config),
                "--dir", os.path.join(ROOT, "models") + "::/models",
@@ -139,13 +144,61 @@ def jobs_per_s(base, wasm, n, tag):
         w.kill()
 
 
+def handler_figures(base, wasm, requests, at_once):
+    """`wasmtime serve` of a handler build: `requests` POSTs of one distinct text each, `at_once`
+    in flight; (requests/s, p50 ms, p99 ms, instances, most in flight on one instance, PSS)."""
+    port = free_port()
+    p3 = ["-S", "p3", "--max-instance-concurrent-reuse-count", "16"] if wasm.endswith("-p3") else []
+    proc = subprocess.Popen([WASMTIME, "serve", "-S", "cli", "-O", "pooling-allocator=n", *p3,
+                             "--max-instance-reuse-count", "100000", "--addr", f"127.0.0.1:{port}",
+                             "--env", "TERNFLOW_SERVER=" + base, "--env", "TERNFLOW_TOKEN=" + TOKEN,
+                             os.path.join(WASI_DIR, wasm + ".wasm")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/"
+    tag = f"{wasm} {at_once} {os.getpid()} {time.time()}"
+
+    def post(i):
+        body = json.dumps({"texts": [f"handler {tag} {i}: a sentence to embed, number {i * 7919}"]}).encode()
+        req = urllib.request.Request(url, data=body, method="POST")
+        t0 = time.monotonic()
+        with urllib.request.urlopen(req, timeout=120) as r:
+            r.read()
+            h = r.headers
+            return (time.monotonic() - t0, int(h["x-ternflow-instance-requests"]),
+                    int(h["x-ternflow-instance-in-flight"]))
+
+    try:
+        for _ in range(300):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(at_once) as pool:
+            warm = list(pool.map(post, range(-at_once, 0)))  # instances started, pipelines built
+            t0 = time.monotonic()
+            out = list(pool.map(post, range(requests)))
+            secs = time.monotonic() - t0
+        pss = pss_bytes(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    lat = sorted(o[0] for o in out)
+    q = lambda f: lat[min(len(lat) - 1, int(f * len(lat)))] * 1000
+    instances = sum(1 for o in warm + out if o[1] == 1)  # an instance's first request served 1
+    return requests / secs, q(0.5), q(0.99), max(o[2] for o in out), pss, instances
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--instances", type=int, default=8)
     ap.add_argument("--jobs", type=int, default=600)
     ap.add_argument("--idle-secs", type=int, default=30)
+    ap.add_argument("--requests", type=int, default=400)
     args = ap.parse_args()
-    for name in ("ternflow-wasi-worker", "ternflow-wasi-worker-backend"):
+    for name in ("ternflow-wasi-worker", "ternflow-wasi-worker-backend", "ternflow-wasi-worker-p3",
+                 "ternflow-wasi-handler", "ternflow-wasi-handler-p3"):
         if not os.path.exists(os.path.join(WASI_DIR, name + ".wasm")):
             sys.exit(f"{name}.wasm missing in {WASI_DIR}: run scripts/build-wasi.sh")
     if not shutil.which(WASMTIME):
@@ -170,12 +223,12 @@ def main():
         print(f"# WASI worker figures ({version}, ternflow serve {kind} build, "
               f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start)")
         sizes = {n: os.path.getsize(os.path.join(WASI_DIR, n + ".wasm"))
-                 for n in ("ternflow-wasi-worker", "ternflow-wasi-worker-backend")}
-        print(f"component size: engine {sizes['ternflow-wasi-worker'] / 1024:.0f} KiB, "
-              f"backend-only {sizes['ternflow-wasi-worker-backend'] / 1024:.0f} KiB")
+                 for n in ("ternflow-wasi-worker", "ternflow-wasi-worker-backend", "ternflow-wasi-worker-p3",
+                           "ternflow-wasi-handler", "ternflow-wasi-handler-p3")}
+        print("component sizes: " + ", ".join(f"{n} {s / 1024:.0f} KiB" for n, s in sizes.items()))
 
         rows = {}
-        for wasm, label in (("ternflow-wasi-worker", "engine"), ("ternflow-wasi-worker-backend", "backend-only")):
+        for wasm, label in (("ternflow-wasi-worker", "WASI 0.2, engine"), ("ternflow-wasi-worker-backend", "WASI 0.2, backend-only"), ("ternflow-wasi-worker-p3", "WASI 0.3, engine")):
             # The first alone (its start-up is not shared with the others), then the rest.
             ws = [Worker(wasm, base, {"claimWaitMs": 10000}, ["--stop-on-eof"])]
             workers += ws
@@ -204,28 +257,38 @@ def main():
             print(f"| {label} | {r['linear'] / 1024:,.0f} KiB | {r['model'] / 1024:,.0f} KiB "
                   f"| {r['pss'] / 1024:,.0f} KiB | {GIB // int(r['pss'])} | {GIB // r['linear']} "
                   f"| {r['startup_s'] * 1000:,.0f} ms | {r['init_ms']:.1f} ms |")
-        eng = rows["engine"]
+        eng = rows["WASI 0.2, engine"]
         print(f"engine build: linear memory before the model loaded {eng['before_model'] / 1024:,.0f} KiB; "
               f"the model (file {eng['model'] / 1024:,.0f} KiB, used in place) and its decoded weights take the other "
               f"{(eng['linear'] - eng['before_model']) / 1024:,.0f} KiB")
 
         print(f"\nthroughput of one instance, {args.jobs} distinct texts, concurrency 16, 0 % cache hits:")
-        for wasm, label in (("ternflow-wasi-worker", "engine"), ("ternflow-wasi-worker-backend", "backend-only")):
-            rate, secs = jobs_per_s(base, wasm, args.jobs, label)
+        for wasm, label in (("ternflow-wasi-worker", "WASI 0.2, engine"), ("ternflow-wasi-worker-backend", "WASI 0.2, backend-only"), ("ternflow-wasi-worker-p3", "WASI 0.3, engine")):
+            rate, secs = jobs_per_s(base, wasm, args.jobs, label.replace(",", "").replace(" ", "-"))
             print(f"  {label}: {rate:.1f} jobs/s ({args.jobs} jobs in {secs:.2f} s)")
         print("  (the browser worker on this machine: `node bench/worker.mjs --n 600`, quoted in the README)")
 
-        w = Worker("ternflow-wasi-worker", base, {"claimWaitMs": 10000}, ["--stop-on-eof"])
-        workers.append(w)
-        w.wait("ready")
-        time.sleep(2.0)
-        c0, t0 = cpu_secs(w.proc.pid), time.monotonic()
-        time.sleep(args.idle_secs)
-        c1, t1 = cpu_secs(w.proc.pid), time.monotonic()
-        used = c1 - c0
-        print(f"\nidle worker (empty queue, claim long-poll 10 s): {used * 1000:.0f} ms of CPU over "
-              f"{t1 - t0:.1f} s = {100 * used / (t1 - t0):.3f} % of one core (whole wasmtime process)")
-        w.stop()
+        print(f"\nidle worker (empty queue, claim long-poll 10 s), CPU of the whole wasmtime process over {args.idle_secs} s:")
+        for wasm, label in (("ternflow-wasi-worker", "WASI 0.2"), ("ternflow-wasi-worker-p3", "WASI 0.3")):
+            w = Worker(wasm, base, {"claimWaitMs": 10000}, ["--stop-on-eof"])
+            workers.append(w)
+            w.wait("ready")
+            time.sleep(2.0)
+            c0, t0 = cpu_secs(w.proc.pid), time.monotonic()
+            time.sleep(args.idle_secs)
+            c1, t1 = cpu_secs(w.proc.pid), time.monotonic()
+            used = c1 - c0
+            print(f"  {label}: {used * 1000:.0f} ms over {t1 - t0:.1f} s = {100 * used / (t1 - t0):.3f} % of one core")
+            w.stop()
+
+        print(f"\nHTTP handler under `wasmtime serve`, {args.requests} requests of one distinct text each "
+              f"(every one embedded), after a warm-up:")
+        print("| build | at once | requests/s | p50 | p99 | instances | most in flight on one instance | PSS of `wasmtime serve` |")
+        print("|---|---|---|---|---|---|---|---|")
+        for wasm, label in (("ternflow-wasi-handler", "WASI 0.2"), ("ternflow-wasi-handler-p3", "WASI 0.3")):
+            for at_once in (1, 16):
+                rps, p50, p99, most, pss, inst = handler_figures(base, wasm, args.requests, at_once)
+                print(f"| {label} | {at_once} | {rps:.1f} | {p50:.1f} ms | {p99:.1f} ms | {inst} | {most} | {pss / 1024:,.0f} KiB |")
     finally:
         for w in workers:
             w.kill()
