@@ -33,10 +33,24 @@ struct EmbedBody {
 /// The answer to a request whose texts all resolved.
 #[derive(Debug, Serialize)]
 pub struct Answer {
-    /// One vector per text, in order.
+    /// One vector per text, in order. Each `f32` is written as the `f64` of the same value
+    /// (`-0.023377183824777603`, not `-0.023377184`): a JSON reader gets the engine's exact bits
+    /// back without rounding to `f32` itself (`JSON.parse` reads `f64`s), as the edge handler
+    /// always answered.
+    #[serde(serialize_with = "exact_f32s")]
     pub vectors: Vec<Vec<f32>>,
     /// Where each came from.
     pub sources: Vec<ResultSource>,
+}
+
+fn exact_f32s<S: serde::Serializer>(vectors: &[Vec<f32>], s: S) -> Result<S::Ok, S::Error> {
+    struct Row<'a>(&'a [f32]);
+    impl Serialize for Row<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.collect_seq(self.0.iter().map(|&v| f64::from(v)))
+        }
+    }
+    s.collect_seq(vectors.iter().map(|v| Row(v)))
 }
 
 /// `{"error": {"code", "message"}}` with `status`.
@@ -146,12 +160,12 @@ mod tests {
         let down = Error::Unreachable("refused".into());
         assert_eq!(code(&failure(&down)), (400, "unreachable".into()));
         let a = answer(&Answer {
-            vectors: vec![vec![0.5, -1.0]],
+            vectors: vec![vec![0.5, -1.0, 0.1]],
             sources: vec![ResultSource::Engine],
         });
         assert_eq!(
             String::from_utf8(a.body).unwrap(),
-            r#"{"vectors":[[0.5,-1.0]],"sources":["engine"]}"#
+            r#"{"vectors":[[0.5,-1.0,0.10000000149011612]],"sources":["engine"]}"#
         );
     }
 }
