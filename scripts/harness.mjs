@@ -102,6 +102,9 @@ export const minter = (secret) => (role, tenant, sub) => {
 export function client(base, token) {
   const call = async (method, path, body) => {
     const r = await fetch(base + path, {
+      // A server that stops answering fails the call (and the run says why) instead of
+      // stalling it.
+      signal: AbortSignal.timeout(60_000),
       method,
       headers: { authorization: "Bearer " + token, ...(body ? { "content-type": "application/json" } : {}) },
       body: body ? JSON.stringify(body) : undefined,

@@ -122,16 +122,17 @@ run npm-package npm_package
 # The chaos run's short form (scripts/chaos.sh is the full one): 1 000 jobs, 2 browser workers,
 # two servers on a Redis with AOF; workers terminated and restarted, Redis kill -9 + restart, a
 # server stopped and restarted; nothing lost, fences hold, every vector equal to a fresh embed.
-# Uses the debug binary built above and the pkg/ of the npm-package step.
+# Uses the debug binary built above and the pkg/ of the npm-package step. A stalled run fails
+# after 15 min (`timeout`) instead of holding the whole command to CI's limit.
 chaos_short() {
-  node scripts/chaos.mjs --bin "${CARGO_TARGET_DIR:-target}/debug/ternflow" \
+  timeout 900 node scripts/chaos.mjs --bin "${CARGO_TARGET_DIR:-target}/debug/ternflow" \
     --model models/ternlight-int4.bin --short --jobs 1000 --workers 2
 }
 run chaos-short chaos_short
 # The same on a Redis Cluster (3 masters + 3 replicas): the fault is the queue's master killed
 # (-9); its replica takes over, the old master rejoins as a replica; every confirmed job done.
 chaos_short_cluster() {
-  node scripts/chaos.mjs --bin "${CARGO_TARGET_DIR:-target}/debug/ternflow" \
+  timeout 900 node scripts/chaos.mjs --bin "${CARGO_TARGET_DIR:-target}/debug/ternflow" \
     --model models/ternlight-int4.bin --short --cluster --jobs 1000 --workers 2
 }
 run chaos-short-cluster chaos_short_cluster

@@ -6,7 +6,9 @@
 //! hand. Every command the store sends names its keys (scripts through `KEYS[]`), and every key
 //! of one store shares one hash tag, so each command goes to the one master owning that tag.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
@@ -87,7 +89,9 @@ impl Client {
                 )
                 .await
                 .map(Conn::Single),
-            Client::Cluster(c, _) => c.get_async_connection().await.map(Conn::Cluster),
+            Client::Cluster(c, _) => Healing::open((**c).clone())
+                .await
+                .map(|h| Conn::Cluster(Arc::new(h))),
         }
         .map_err(store_err)
     }
@@ -103,10 +107,9 @@ impl Client {
                 )
                 .await
                 .map(Conn::Single),
-            Client::Cluster(_, nodes) => cluster_client(nodes, timeout)?
-                .get_async_connection()
+            Client::Cluster(_, nodes) => Healing::open(cluster_client(nodes, timeout)?)
                 .await
-                .map(Conn::Cluster),
+                .map(|h| Conn::Cluster(Arc::new(h))),
         }
     }
 }
@@ -127,18 +130,106 @@ fn cluster_client(
 }
 
 /// One server's connection manager (reconnects by itself) or a cluster connection (follows the
-/// slot map). Cheap to clone: clones share the connection.
+/// slot map, and is replaced when it stops working: [`Healing`]). Cheap to clone: clones share
+/// the connection.
 #[derive(Clone)]
 pub(super) enum Conn {
     Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Arc<Healing>),
+}
+
+/// Consecutive connection-level failures (timeouts, dropped or refused connections) after which
+/// a cluster connection is replaced by a fresh one.
+const FAILURES_BEFORE_RECONNECT: u32 = 3;
+/// The least time between two replacements.
+const RECONNECT_EVERY: Duration = Duration::from_secs(2);
+
+/// A cluster connection that is replaced by a fresh one (the slot map read anew from the seed
+/// nodes) after [`FAILURES_BEFORE_RECONNECT`] connection-level failures in a row. Why: after a
+/// master's `kill -9` and failover, the `redis` crate's cluster connection usually re-reads the
+/// slot map and carries on — but once in a chaos run one server's connection never did (every
+/// command to the failed-over slot timed out for minutes, while the other server, on the same
+/// cluster, had recovered within seconds). A fresh connection from the same client recovers it.
+pub(super) struct Healing {
+    client: ClusterClient,
+    current: std::sync::Mutex<ClusterConnection>,
+    failures: AtomicU32,
+    last_reconnect: std::sync::Mutex<Option<Instant>>,
+    reconnecting: tokio::sync::Mutex<()>,
+}
+
+impl Healing {
+    async fn open(client: ClusterClient) -> redis::RedisResult<Self> {
+        let conn = client.get_async_connection().await?;
+        Ok(Healing {
+            client,
+            current: std::sync::Mutex::new(conn),
+            failures: AtomicU32::new(0),
+            last_reconnect: std::sync::Mutex::new(None),
+            reconnecting: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The connection to send through now.
+    fn conn(&self) -> ClusterConnection {
+        self.current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Counts a command's outcome; replaces the connection after enough failures in a row.
+    async fn note<T>(&self, outcome: &redis::RedisResult<T>) {
+        let failed = outcome.as_ref().err().is_some_and(|e| {
+            e.is_timeout()
+                || e.is_io_error()
+                || e.is_connection_dropped()
+                || e.is_connection_refusal()
+        });
+        if !failed {
+            self.failures.store(0, Ordering::Relaxed);
+            return;
+        }
+        if self.failures.fetch_add(1, Ordering::Relaxed) + 1 < FAILURES_BEFORE_RECONNECT {
+            return;
+        }
+        // One replacement at a time; the others carry on with the current connection.
+        let Ok(_one) = self.reconnecting.try_lock() else {
+            return;
+        };
+        {
+            let last = self
+                .last_reconnect
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if last.is_some_and(|t| t.elapsed() < RECONNECT_EVERY) {
+                return;
+            }
+        }
+        *self
+            .last_reconnect
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
+        if let Ok(fresh) = self.client.get_async_connection().await {
+            tracing::warn!("redis cluster: the connection failed {FAILURES_BEFORE_RECONNECT} times in a row; replaced by a fresh one");
+            *self
+                .current
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = fresh;
+            self.failures.store(0, Ordering::Relaxed);
+        }
+    }
 }
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Cluster(h) => Box::pin(async move {
+                let r = h.conn().req_packed_command(cmd).await;
+                h.note(&r).await;
+                r
+            }),
         }
     }
 
@@ -150,14 +241,16 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(c) => Box::pin(async move {
+            Conn::Cluster(h) => Box::pin(async move {
                 // The cluster client follows MOVED/ASK for single commands (and re-reads the
                 // slot map), not for pipelines: after a failover a pipeline to the moved slot
                 // would fail until something else refreshed the map. One command to the
                 // pipeline's first key (a read) makes the client learn the new owner; then the
                 // pipeline (reads, or idempotent writes) is sent once more.
+                let mut c = h.conn();
                 let first = c.req_packed_commands(pipeline, offset, count).await;
                 if !redirected(&first) {
+                    h.note(&first).await;
                     return first;
                 }
                 if let Some(key) = first_key(pipeline) {
@@ -165,7 +258,9 @@ impl ConnectionLike for Conn {
                     probe.arg(key);
                     let _ = c.req_packed_command(&probe).await;
                 }
-                c.req_packed_commands(pipeline, offset, count).await
+                let again = c.req_packed_commands(pipeline, offset, count).await;
+                h.note(&again).await;
+                again
             }),
         }
     }
@@ -173,7 +268,7 @@ impl ConnectionLike for Conn {
     fn get_db(&self) -> i64 {
         match self {
             Conn::Single(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
+            Conn::Cluster(h) => h.conn().get_db(),
         }
     }
 }
@@ -236,11 +331,13 @@ impl Conn {
         cmd.arg(d.replicas).arg(d.timeout.as_millis() as u64);
         let got: Value = match self {
             Conn::Single(c) => cmd.query_async(c).await,
-            Conn::Cluster(c) => {
+            Conn::Cluster(h) => {
                 let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
                     Route::with_key(key, SlotAddr::Master),
                 ));
-                c.route_command(cmd, route).await
+                let r = h.conn().route_command(cmd, route).await;
+                h.note(&r).await;
+                r
             }
         }
         .map_err(store_err)?;
