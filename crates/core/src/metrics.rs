@@ -134,22 +134,35 @@ impl Histogram {
         }
     }
 
-    /// The upper bound of the bucket holding quantile `q` (0..=1); the last finite bound for the
-    /// overflow bucket; 0 when empty.
+    /// Quantile `q` (0..=1) by [`quantile`]'s rule; 0 when empty.
     pub fn quantile_ms(&self, q: f64) -> f64 {
-        if self.n == 0 {
-            return 0.0;
-        }
-        let rank = ((q.clamp(0.0, 1.0) * self.n as f64).ceil() as u64).max(1);
-        let mut seen = 0;
-        for (i, c) in self.counts.iter().enumerate() {
-            seen += c;
-            if seen >= rank {
-                return LATENCY_BUCKETS_MS[i.min(LATENCY_BUCKETS_MS.len() - 1)];
-            }
-        }
-        LATENCY_BUCKETS_MS[LATENCY_BUCKETS_MS.len() - 1]
+        quantile(&LATENCY_BUCKETS_MS, &self.counts, q).unwrap_or(0.0)
     }
+}
+
+/// The `q` quantile (0..=1) of a histogram with upper `bounds` and `counts` (one more than the
+/// bounds: the overflow), interpolated linearly inside its bucket as Prometheus'
+/// `histogram_quantile` does (the last finite bound for the overflow bucket); `None` when empty.
+/// The one rule for every latency quantile ternflow shows: the worker's gauges, the server's
+/// dashboard and its job-latency samples.
+pub fn quantile(bounds: &[f64], counts: &[u64], q: f64) -> Option<f64> {
+    let n: u64 = counts.iter().sum();
+    if n == 0 {
+        return None;
+    }
+    let rank = q.clamp(0.0, 1.0) * n as f64;
+    let mut seen = 0u64;
+    for (i, &c) in counts.iter().enumerate() {
+        if c > 0 && (seen + c) as f64 >= rank {
+            let lo = if i == 0 { 0.0 } else { bounds[i - 1] };
+            let Some(&hi) = bounds.get(i) else {
+                return bounds.last().copied();
+            };
+            return Some(lo + (hi - lo) * ((rank - seen as f64) / c as f64).clamp(0.0, 1.0));
+        }
+        seen += c;
+    }
+    bounds.last().copied()
 }
 
 #[derive(Debug, Default)]
@@ -294,7 +307,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn histogram_quantiles_follow_buckets() {
+    fn histogram_quantiles_interpolate_inside_their_bucket() {
         let mut h = Histogram::default();
         for _ in 0..90 {
             h.observe(1.5);
@@ -302,10 +315,12 @@ mod tests {
         for _ in 0..10 {
             h.observe(40.0);
         }
-        assert_eq!(h.quantile_ms(0.5), 2.0);
-        assert_eq!(h.quantile_ms(0.95), 50.0);
+        // Interpolated inside the bucket: rank 50 of 90 in (1, 2]; rank 95 is the 5th of 10 in (25, 50].
+        assert!((h.quantile_ms(0.5) - (1.0 + 50.0 / 90.0)).abs() < 1e-9);
+        assert!((h.quantile_ms(0.95) - 37.5).abs() < 1e-9);
         h.observe(10_000.0);
         assert_eq!(h.quantile_ms(1.0), 250.0);
+        assert_eq!(Histogram::default().quantile_ms(0.5), 0.0);
         assert!((h.mean_ms() - (135.0 + 400.0 + 10_000.0) / 101.0).abs() < 1e-9);
     }
 
@@ -343,7 +358,8 @@ mod tests {
         assert_eq!(s.counters["cache_local_hits"], 3);
         assert_eq!(s.gauges["local_hit_ratio"], 0.75);
         assert_eq!(s.gauges["in_flight"], 2.0);
-        assert_eq!(s.gauges["engine_latency_p50_ms"], 3.0);
+        // One observation of 3 ms in the (2, 3] bucket: its median, interpolated, is 2.5.
+        assert_eq!(s.gauges["engine_latency_p50_ms"], 2.5);
         assert_eq!(s.gauges["processing_rate"], 10.0);
     }
 }

@@ -138,28 +138,8 @@ pub fn runtime_of(user_agent: &str) -> String {
     }
 }
 
-/// The `q` quantile (0..=1) of a histogram with upper `bounds` and `counts` (one more than the
-/// bounds: the overflow), interpolated linearly inside its bucket as Prometheus'
-/// `histogram_quantile` does; `None` when empty.
-pub fn quantile(bounds: &[f64], counts: &[u64], q: f64) -> Option<f64> {
-    let n: u64 = counts.iter().sum();
-    if n == 0 {
-        return None;
-    }
-    let rank = q.clamp(0.0, 1.0) * n as f64;
-    let mut seen = 0u64;
-    for (i, &c) in counts.iter().enumerate() {
-        if c > 0 && (seen + c) as f64 >= rank {
-            let lo = if i == 0 { 0.0 } else { bounds[i - 1] };
-            let Some(&hi) = bounds.get(i) else {
-                return bounds.last().copied();
-            };
-            return Some(lo + (hi - lo) * ((rank - seen as f64) / c as f64).clamp(0.0, 1.0));
-        }
-        seen += c;
-    }
-    bounds.last().copied()
-}
+/// The one latency-quantile rule (core's, shared with the workers' gauges).
+pub use ternflow_core::metrics::quantile;
 
 fn inc(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
