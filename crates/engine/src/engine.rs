@@ -156,6 +156,33 @@ impl Engine {
         );
     }
 
+    /// [`Engine::embed_into`], adding each stage's time to `profile` (the vector is the same).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn embed_profiled(
+        &mut self,
+        text: &str,
+        out: &mut [f32],
+        profile: &mut crate::profile::Profile,
+    ) {
+        use crate::forward::{Stage, Stages};
+        assert!(out.len() >= self.output_dim(), "output buffer too short");
+        let max_ids = usize::from(self.weights.config.max_seq_len);
+        profile.start();
+        self.tokenizer
+            .encode_into(text, max_ids, &mut self.norm, &mut self.ids);
+        profile.end(Stage::Tokenize);
+        crate::forward::forward_marked(
+            &self.weights,
+            self.kernel,
+            &self.ids,
+            &mut self.scratch,
+            out,
+            profile,
+        );
+        profile.embeds += 1;
+        profile.tokens += self.ids.len() as u64;
+    }
+
     /// The embedding of already tokenized input.
     ///
     /// # Errors

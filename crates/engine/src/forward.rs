@@ -83,6 +83,7 @@ impl Scratch {
 }
 
 /// Layer norm of one row into `out`, with optional weight and bias.
+#[inline(always)]
 fn layer_norm(x: &[f32], w: Option<(&[f32], &[f32])>, out: &mut [f32]) {
     let n = x.len() as f32;
     let mean = sum_lanes(x) / n;
@@ -105,6 +106,7 @@ fn layer_norm(x: &[f32], w: Option<(&[f32], &[f32])>, out: &mut [f32]) {
 }
 
 /// Parameter-free LN and absmax quantisation of one row; returns `1/s`.
+#[inline(always)]
 fn quantize_row(x: &[f32], tmp: &mut [f32], q: &mut [i16]) -> f32 {
     let n = x.len();
     layer_norm(x, None, &mut tmp[..n]);
@@ -118,14 +120,105 @@ fn quantize_row(x: &[f32], tmp: &mut [f32], q: &mut [i16]) -> f32 {
     1.0 / s
 }
 
+/// Where a forward pass spends its time, marked as it goes (`ternflow bench --profile`): each
+/// mark ends the named stage. Production passes [`NoStages`], which compiles to nothing; the
+/// numbers computed are the same either way (the marks only read a clock).
+pub trait Stages {
+    /// The stage that just ended.
+    fn end(&mut self, stage: Stage);
+}
+
+/// The stages of one embed, in the order they first run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Normalising and WordPiece-splitting the text.
+    Tokenize,
+    /// Reading (decoding) the tokens' embedding rows.
+    Embed,
+    /// The blocks' layer norms (with weights).
+    LayerNorm,
+    /// BitLinear's activation quantisation (parameter-free LN, absmax, round to `i8`).
+    Quantize,
+    /// The integer products of the stacked Q/K/V matrix.
+    MatmulQkv,
+    /// Self-attention (scores, softmax, weighted values).
+    Attention,
+    /// The integer products of the attention output matrix.
+    MatmulOut,
+    /// The integer products of the FFN's first matrix.
+    MatmulFc1,
+    /// GELU.
+    Gelu,
+    /// The integer products of the FFN's second matrix.
+    MatmulFc2,
+    /// BitLinear's dequantisation (`(acc + bias) / (w_scale · s)`).
+    Dequantize,
+    /// The residual additions.
+    Residual,
+    /// Final layer norm, mean pooling, the projection and L2 normalisation.
+    PoolProject,
+}
+
+impl Stage {
+    /// Every stage, in order.
+    pub const ALL: [Stage; 13] = [
+        Stage::Tokenize,
+        Stage::Embed,
+        Stage::LayerNorm,
+        Stage::Quantize,
+        Stage::MatmulQkv,
+        Stage::Attention,
+        Stage::MatmulOut,
+        Stage::MatmulFc1,
+        Stage::Gelu,
+        Stage::MatmulFc2,
+        Stage::Dequantize,
+        Stage::Residual,
+        Stage::PoolProject,
+    ];
+
+    /// Its name in the profile.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Tokenize => "tokenize",
+            Stage::Embed => "embedding rows",
+            Stage::LayerNorm => "layer norms",
+            Stage::Quantize => "activation quantisation",
+            Stage::MatmulQkv => "matmul Q/K/V",
+            Stage::Attention => "attention",
+            Stage::MatmulOut => "matmul attention out",
+            Stage::MatmulFc1 => "matmul FFN up",
+            Stage::Gelu => "GELU",
+            Stage::MatmulFc2 => "matmul FFN down",
+            Stage::Dequantize => "dequantisation",
+            Stage::Residual => "residual adds",
+            Stage::PoolProject => "final norm, pool, projection",
+        }
+    }
+}
+
+/// No marks: the production forward pass.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoStages;
+
+impl Stages for NoStages {
+    #[inline(always)]
+    fn end(&mut self, _: Stage) {}
+}
+
 /// BitLinear over `n` rows of `input` (row length `m.cols`): writes `n × m.rows` into `out`.
-fn bit_linear(
+#[allow(clippy::too_many_arguments)] // the stage marker is the one extra, for the profile
+#[inline(always)]
+fn bit_linear<S: Stages>(
     kernel: Kernel,
     m: &BitMatrix,
     input: &[f32],
     n: usize,
     s: &mut QuantBufs<'_>,
     out: &mut [f32],
+    st: &mut S,
+    matmul: Stage,
 ) {
     let (cols, stride, rows) = (m.cols, m.stride, m.rows);
     for t in 0..n {
@@ -135,7 +228,9 @@ fn bit_linear(
             &mut s.q[t * stride..(t + 1) * stride],
         );
     }
+    st.end(Stage::Quantize);
     kernel.matmul_matrix(m, s.q, n, s.acc);
+    st.end(matmul);
     for t in 0..n {
         let inv_s = s.inv_s[t];
         let acc = &s.acc[t * rows..(t + 1) * rows];
@@ -144,6 +239,7 @@ fn bit_linear(
             o[r] = (acc[r] as f32 + m.bias[r]) * (m.inv_w_scale[r] * inv_s);
         }
     }
+    st.end(Stage::Dequantize);
 }
 
 /// The quantisation buffers of [`Scratch`], borrowed apart from the float ones.
@@ -157,6 +253,54 @@ struct QuantBufs<'a> {
 /// Runs the model on `ids` (1 ≤ len ≤ `max_seq_len`, every id < `vocab_size`) and writes the
 /// L2-normalised output vector into `out[..output_dim]`.
 pub fn forward(w: &Weights, kernel: Kernel, ids: &[u32], sc: &mut Scratch, out: &mut [f32]) {
+    forward_marked(w, kernel, ids, sc, out, &mut NoStages);
+}
+
+/// [`forward`], marking the end of every stage on `st`. With an x86-64 SIMD kernel the whole
+/// pass (norms, quantisation, attention, GELU, dequantisation; the integer products are the
+/// kernel's own) runs compiled for AVX2 ([`forward_avx2`]): the same IEEE operations in the same
+/// order, eight lanes instead of four and `roundps` instead of a `truncf` call, so the vectors
+/// are bit-identical (`tests/determinism.rs`).
+pub fn forward_marked<S: Stages>(
+    w: &Weights,
+    kernel: Kernel,
+    ids: &[u32],
+    sc: &mut Scratch,
+    out: &mut [f32],
+    st: &mut S,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if kernel.is_x86_simd() {
+        // SAFETY: an x86 SIMD kernel is only constructed after run-time detection of AVX2
+        // (`Kernel::best`, `Kernel::available`).
+        return unsafe { forward_avx2(w, kernel, ids, sc, out, st) };
+    }
+    forward_body(w, kernel, ids, sc, out, st);
+}
+
+/// [`forward_body`] compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn forward_avx2<S: Stages>(
+    w: &Weights,
+    kernel: Kernel,
+    ids: &[u32],
+    sc: &mut Scratch,
+    out: &mut [f32],
+    st: &mut S,
+) {
+    forward_body(w, kernel, ids, sc, out, st);
+}
+
+#[inline(always)]
+fn forward_body<S: Stages>(
+    w: &Weights,
+    kernel: Kernel,
+    ids: &[u32],
+    sc: &mut Scratch,
+    out: &mut [f32],
+    st: &mut S,
+) {
     let c = &w.config;
     let d = usize::from(c.d_model);
     let f = usize::from(c.ffn_dim);
@@ -182,6 +326,7 @@ pub fn forward(w: &Weights, kernel: Kernel, ids: &[u32], sc: &mut Scratch, out: 
         w.embeddings
             .row_into(id as usize, &mut x[t * d..(t + 1) * d]);
     }
+    st.end(Stage::Embed);
     for layer in &w.layers {
         // Attention block.
         for t in 0..n {
@@ -191,12 +336,15 @@ pub fn forward(w: &Weights, kernel: Kernel, ids: &[u32], sc: &mut Scratch, out: 
                 &mut h[t * d..(t + 1) * d],
             );
         }
-        bit_linear(kernel, &layer.qkv, h, n, &mut qb, qkv);
+        st.end(Stage::LayerNorm);
+        bit_linear(kernel, &layer.qkv, h, n, &mut qb, qkv, st, Stage::MatmulQkv);
         attention(qkv, n, d, heads, kt, scores, ctx);
-        bit_linear(kernel, &layer.out, ctx, n, &mut qb, h);
+        st.end(Stage::Attention);
+        bit_linear(kernel, &layer.out, ctx, n, &mut qb, h, st, Stage::MatmulOut);
         for (xi, hi) in x[..n * d].iter_mut().zip(&h[..n * d]) {
             *xi += hi;
         }
+        st.end(Stage::Residual);
         // FFN block.
         for t in 0..n {
             layer_norm(
@@ -205,14 +353,17 @@ pub fn forward(w: &Weights, kernel: Kernel, ids: &[u32], sc: &mut Scratch, out: 
                 &mut h[t * d..(t + 1) * d],
             );
         }
-        bit_linear(kernel, &layer.fc1, h, n, &mut qb, ff);
+        st.end(Stage::LayerNorm);
+        bit_linear(kernel, &layer.fc1, h, n, &mut qb, ff, st, Stage::MatmulFc1);
         for v in ff[..n * f].iter_mut() {
             *v = gelu(*v);
         }
-        bit_linear(kernel, &layer.fc2, ff, n, &mut qb, h);
+        st.end(Stage::Gelu);
+        bit_linear(kernel, &layer.fc2, ff, n, &mut qb, h, st, Stage::MatmulFc2);
         for (xi, hi) in x[..n * d].iter_mut().zip(&h[..n * d]) {
             *xi += hi;
         }
+        st.end(Stage::Residual);
     }
     // Final LN and mean pool.
     pooled.fill(0.0);
@@ -239,4 +390,5 @@ pub fn forward(w: &Weights, kernel: Kernel, ids: &[u32], sc: &mut Scratch, out: 
     for v in out.iter_mut() {
         *v /= norm;
     }
+    st.end(Stage::PoolProject);
 }

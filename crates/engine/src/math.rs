@@ -66,7 +66,7 @@ pub fn exp(x: f32) -> f32 {
 }
 
 /// Sum of `x` in eight interleaved f32 lanes (fixed order; vectorises).
-#[inline]
+#[inline(always)] // also into the AVX2 copy of the quantisation (forward.rs)
 #[must_use]
 pub fn sum_lanes(x: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
@@ -84,7 +84,7 @@ pub fn sum_lanes(x: &[f32]) -> f32 {
 
 /// Largest `|x|` (0 for an empty slice), in eight lanes with plain comparisons: `f32::max` is a
 /// library call (`fmaxf`) per element on wasm.
-#[inline]
+#[inline(always)] // also into the AVX2 copy of the quantisation (forward.rs)
 #[must_use]
 pub fn max_abs(x: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
@@ -112,7 +112,7 @@ pub fn max(x: &[f32]) -> f32 {
 }
 
 /// Sum of squared deviations from `mean`, in eight lanes.
-#[inline]
+#[inline(always)] // also into the AVX2 copy of the quantisation (forward.rs)
 #[must_use]
 pub fn sum_sq_dev(x: &[f32], mean: f32) -> f32 {
     let mut lanes = [0f32; 8];

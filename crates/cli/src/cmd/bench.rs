@@ -39,6 +39,41 @@ pub struct Args {
     /// Timed embeds per input set (after a warm-up of a tenth as many).
     #[arg(long, default_value_t = 500)]
     pub iters: usize,
+    /// Also print where the time goes, stage by stage (tokenizer, embedding rows, layer norms,
+    /// activation quantisation, each matrix's integer products, attention, GELU,
+    /// dequantisation, residuals, pooling and projection), per input set.
+    #[arg(long)]
+    pub profile: bool,
+}
+
+/// Embeds `inputs` `iters` times with the stage clock on and prints the split: time per embed
+/// per stage, and its share.
+fn profile(engine: &mut Engine, label: &str, inputs: &[String], iters: usize) {
+    let mut out = vec![0f32; engine.output_dim()];
+    let mut p = ternflow_engine::profile::Profile::default();
+    for i in 0..iters.div_ceil(10) {
+        engine.embed_into(&inputs[i % inputs.len()], &mut out);
+    }
+    for i in 0..iters {
+        engine.embed_profiled(&inputs[i % inputs.len()], &mut out, &mut p);
+    }
+    let total = p.total().as_secs_f64();
+    let per = |d: std::time::Duration| d.as_secs_f64() * 1e3 / p.embeds as f64;
+    println!(
+        "{label} profile: {:.3} ms per embed over {} embeds ({:.1} tokens each), kernel {}:",
+        total * 1e3 / p.embeds as f64,
+        p.embeds,
+        p.tokens as f64 / p.embeds as f64,
+        engine.kernel().name(),
+    );
+    for (stage, d) in p.split() {
+        println!(
+            "  {:<30} {:>8.4} ms {:>5.1} %",
+            stage.name(),
+            per(d),
+            100.0 * d.as_secs_f64() / total.max(1e-12)
+        );
+    }
 }
 
 /// Percentile `p` (0..=100) of sorted `xs`, nearest rank.
@@ -119,16 +154,20 @@ pub fn run(args: Args) -> CmdResult {
                 return Err(format!("{}: no lines", path.display()).into());
             }
             measure(&mut engine, "input", &inputs, iters);
+            if args.profile {
+                profile(&mut engine, "input", &inputs, iters);
+            }
         }
         None => {
             let short: Vec<String> = SHORT.iter().map(|s| s.to_string()).collect();
             measure(&mut engine, "short", &short, iters);
-            measure(
-                &mut engine,
-                "long",
-                &long_inputs(),
-                iters.div_ceil(10).max(20),
-            );
+            let long = long_inputs();
+            let long_iters = iters.div_ceil(10).max(20);
+            measure(&mut engine, "long", &long, long_iters);
+            if args.profile {
+                profile(&mut engine, "short", &short, iters);
+                profile(&mut engine, "long", &long, long_iters);
+            }
         }
     }
     Ok(())

@@ -100,6 +100,19 @@ impl Kernel {
         v
     }
 
+    /// Whether this is one of the x86-64 kernels, whose construction proves the CPU has AVX2
+    /// (the rest of the forward pass may then run AVX2 code too).
+    #[cfg(target_arch = "x86_64")]
+    #[must_use]
+    pub fn is_x86_simd(self) -> bool {
+        match self {
+            Kernel::Avx2 => true,
+            #[cfg(feature = "avx512")]
+            Kernel::Avx512Vnni => true,
+            Kernel::Scalar => false,
+        }
+    }
+
     /// Short name: `scalar`, `simd128`, `avx2`.
     #[must_use]
     pub fn name(self) -> &'static str {
