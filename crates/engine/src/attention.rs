@@ -14,8 +14,8 @@ const CB: usize = 8;
 
 /// Attention for `n` tokens whose stacked projections are `qkv` (`n × 3d`: Q, K, V), writing the
 /// per-head context into `ctx` (`n × d`). `kt` needs `n·d` floats, `scores` `4·n`. Inlined into
-/// the forward pass, so that its AVX2 copy (forward.rs) covers attention too.
-#[inline(always)]
+/// the forward pass on x86-64, so that its AVX2 copy (forward.rs) covers attention too.
+#[cfg_attr(target_arch = "x86_64", inline(always))]
 pub fn attention(
     qkv: &[f32],
     n: usize,
