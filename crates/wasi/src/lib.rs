@@ -15,7 +15,7 @@
 //! `client.send`, `monotonic-clock.wait-for`, streams for bodies and stdin) and the exports are
 //! async too (`wasi:cli/run`, `wasi:http/handler`): wit-bindgen's executor runs the tasks, the
 //! host drives them, and one handler instance serves several requests at once. Only the I/O
-//! adapter differs between the two builds (`http.rs` or `http_p3.rs`, the `p2`/`p3` lines of
+//! adapter differs between the two builds (`http/p2.rs` or `http/p3.rs`, the `p2`/`p3` lines of
 //! `clock`, `app` and `worker`, and the entry points); `docs/wasi.md` compares them.
 //!
 //! # Layout
@@ -23,7 +23,7 @@
 //! - [`engine`]: the engine inside as an `Embedder`, or an empty slot in a backend-only build
 //!   (`--no-default-features`) (portable).
 //! - WASI only: `http` (the server's protocol over `wasi:http`: queue, remote cache, locks,
-//!   backend, metrics, model download; `http.rs` on WASI 0.2, `http_p3.rs` on 0.3), `clock` (`wasi:clocks`), `app` (the pipeline over these
+//!   backend, metrics, model download; its `p2` and `p3` submodules send one request each on WASI 0.2 or 0.3), `clock` (`wasi:clocks`), `app` (the pipeline over these
 //!   adapters, with core's `MemLocal` as the local cache; model loading; memory figures),
 //!   `worker` (the long-running loop and its stop controller), `handler` (the HTTP handler).
 //! - `src/bin/worker.rs`, `src/bin/handler.rs`: the two components' entry points.
@@ -39,10 +39,7 @@ pub mod app;
 pub mod clock;
 #[cfg(all(target_arch = "wasm32", target_os = "wasi"))]
 pub mod handler;
-#[cfg(all(target_arch = "wasm32", target_os = "wasi", feature = "p2"))]
-pub mod http;
-#[cfg(all(target_arch = "wasm32", target_os = "wasi", feature = "p3"))]
-#[path = "http_p3.rs"]
+#[cfg(all(target_arch = "wasm32", target_os = "wasi"))]
 pub mod http;
 
 #[cfg(all(target_os = "wasi", feature = "p2", feature = "p3"))]

@@ -1,32 +1,14 @@
-//! The transport of the server's protocol over WASI 0.3's `wasi:http/client` (the p3 build):
-//! `send` is an async import of the component model, so a request in flight is a subtask the
-//! instance waits on in the host (through wit-bindgen's executor and `waitable-set.wait`), and
-//! the request and response bodies are `stream<u8>`s. What each answer means is
-//! `ternflow_core::server_client`'s, as in the WASI 0.2 transport (`http.rs`); this file differs
-//! from it only in how bytes move.
-//!
-//! A transport failure is [`Error::Unreachable`]; no answer within the request timeout (plus a
-//! claim's long-poll wait) is [`Error::Http`] 408 `timeout`.
+//! WASI 0.3: requests through `wasi:http/client`. `send` is an async import of the component
+//! model, so a request in flight is a subtask the instance waits on in the host (wit-bindgen's
+//! executor, `waitable-set.wait`), and the request and response bodies are `stream<u8>`s.
 
 use futures_util::future::join;
-use ternflow_core::server_client::{timed_out, Answer, ServerClient, Transport, Verb};
+use ternflow_core::server_client::{timed_out, Answer, Verb};
 use ternflow_core::{Error, Result};
 use wasip3::http::types::{ErrorCode, Fields, Method, Request, RequestOptions, Response, Scheme};
 use wasip3::{wit_future, wit_stream};
 
-/// How long a connection may take to open, ms.
-const CONNECT_TIMEOUT_MS: u64 = 5_000;
-
-/// The worker's client of the server: the protocol over [`WasiHttp`].
-pub type HttpClient = ServerClient<WasiHttp>;
-
-/// Requests to one ternflow server (or none) over `wasi:http@0.3`, with the bearer token.
-#[derive(Debug)]
-pub struct WasiHttp {
-    base: Option<String>,
-    token: String,
-    timeout_ms: u64,
-}
+use super::{WasiHttp, CONNECT_TIMEOUT_MS};
 
 fn is_timeout(e: &ErrorCode) -> bool {
     matches!(
@@ -59,25 +41,22 @@ fn ms_to_ns(ms: u64) -> u64 {
 }
 
 impl WasiHttp {
-    /// Requests to the server at `base` (or none), each limited to `timeout_ms` (`0`: none).
-    pub fn new(base: Option<&str>, token: &str, timeout_ms: u64) -> Self {
-        WasiHttp {
-            base: base.map(|b| b.trim_end_matches('/').to_owned()),
-            token: token.to_owned(),
-            timeout_ms,
-        }
-    }
-
     /// Sends one request to `url` (absolute) and reads the whole answer; `wait_ms` is how long
     /// the server may hold it (a long poll).
-    async fn send_url(
+    pub(super) async fn send_url(
         &self,
-        method: Method,
+        verb: Verb,
         url: &str,
         body: Option<Vec<u8>>,
         trace: &str,
         wait_ms: u64,
     ) -> Result<Answer> {
+        let method = match verb {
+            Verb::Get => Method::Get,
+            Verb::Post => Method::Post,
+            Verb::Put => Method::Put,
+            Verb::Delete => Method::Delete,
+        };
         let body = body.unwrap_or_default();
         let (scheme, authority, path) = split_url(url)?;
         let bad = |what: &str| Error::Protocol(format!("{url}: {what}"));
@@ -148,42 +127,5 @@ impl WasiHttp {
             return Err(transport(e));
         }
         Ok(Answer::new(status, retry_after.as_deref(), body))
-    }
-
-    /// Downloads a file (the model): `GET url`, the whole body.
-    ///
-    /// # Errors
-    /// [`Error::Unreachable`], or [`Error::Http`] for a non-2xx answer.
-    pub async fn download(&self, url: &str) -> Result<Vec<u8>> {
-        let a = self.send_url(Method::Get, url, None, "", 0).await?;
-        a.check()?;
-        Ok(a.body)
-    }
-}
-
-impl Transport for WasiHttp {
-    fn is_online(&self) -> bool {
-        self.base.is_some()
-    }
-
-    async fn send(
-        &self,
-        verb: Verb,
-        path: &str,
-        body: Option<Vec<u8>>,
-        trace: &str,
-        wait_ms: u64,
-    ) -> Result<Answer> {
-        let Some(base) = &self.base else {
-            return Err(Error::Unreachable("no server configured".into()));
-        };
-        let method = match verb {
-            Verb::Get => Method::Get,
-            Verb::Post => Method::Post,
-            Verb::Put => Method::Put,
-            Verb::Delete => Method::Delete,
-        };
-        self.send_url(method, &format!("{base}{path}"), body, trace, wait_ms)
-            .await
     }
 }
