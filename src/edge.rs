@@ -18,6 +18,13 @@ pub async fn handle_http(method: String, body: Vec<u8>) -> JsValue {
     to_js(&reply)
 }
 
+/// The largest request body the contract takes (`http_handler::MAX_BODY_BYTES`): the JS refuses
+/// a body that declares more before reading it.
+#[wasm_bindgen(js_name = maxBodyBytes)]
+pub fn max_body_bytes() -> u32 {
+    http_handler::MAX_BODY_BYTES as u32
+}
+
 /// `{status, body}` for `reply`; also how the JS handler writes its own setup failures, so every
 /// error body has one shape.
 #[wasm_bindgen(js_name = httpError)]

@@ -163,3 +163,17 @@ test("the engine worker's entry reads ToEngine and answers FromEngine", () => {
   assert.equal(unknown.type, "broken");
   assert.match(unknown.message, /not an engine message/);
 });
+
+test("a body over the contract's bound is refused with 413 too_large, declared or not", async () => {
+  const max = bindings.maxBodyBytes();
+  assert.equal(max, 1 << 20);
+  const big = JSON.stringify({ texts: ["x".repeat(max)] });
+  const declared = await handle(new Request("http://edge/embed", { method: "POST", body: big }), {});
+  assert.equal(declared.status, 413);
+  assert.equal((await declared.json()).error.code, "too_large");
+  // A stream has no declared length: the wasm refuses it once read.
+  const stream = new ReadableStream({ start(c) { c.enqueue(new TextEncoder().encode(big)); c.close(); } });
+  const chunked = await handle(new Request("http://edge/embed", { method: "POST", body: stream, duplex: "half" }), {});
+  assert.equal(chunked.status, 413);
+  assert.equal((await chunked.json()).error.code, "too_large");
+});

@@ -100,6 +100,12 @@ export function createWorker({ bindings, wasmModule, modelBytes }) {
       if (code === "bad_wasm") return Response.json({ error: { code, message } }, { status: 503 });
       return respond(bindings.httpError(503, code, message));
     }
+    // A body whose declared length is over the contract's bound is refused unread (the wasm
+    // refuses a longer one too, once read: core's http_handler::MAX_BODY_BYTES, `maxBodyBytes`).
+    const max = bindings.maxBodyBytes();
+    if (Number(request.headers.get("content-length") ?? 0) > max) {
+      return respond(bindings.httpError(413, "too_large", `the body is over ${max} bytes`));
+    }
     const body = new Uint8Array(await request.arrayBuffer());
     return respond(await bindings.handleHttp(request.method, body));
   }

@@ -669,6 +669,11 @@ async fn the_http_handler_answers_vectors_and_a_cached_repeat(wasi: Wasi) {
         .await
         .unwrap();
     assert_eq!(r.status(), 413);
+    // A body over the contract's 1 MiB: 413 `too_large` (WASI 0.3 stops reading it there).
+    let r = post(json!({"texts": ["x".repeat(2 << 20)]})).await.unwrap();
+    assert_eq!(r.status(), 413);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "too_large", "{e}");
 }
 
 /// Which build of the components a test runs: WASI 0.2 (wstd) or WASI 0.3 (native async, run

@@ -2,9 +2,9 @@
 //! `fetch` handler (`www/edge/handler.mjs`, through the wasm's `handleHttp`) and the WASI
 //! `wasi:http` handler. `POST {"texts": [...]}` answers `{"vectors": number[][], "sources":
 //! string[]}`; every error is `{"error": {"code", "message"}}` — 405 for another method, 400
-//! `bad_json` / `bad_request` for a malformed body, 413 for `text_too_long`, 400 for any other
-//! failure of a text, 503 when the model or the settings cannot load (the adapter's own
-//! [`error`]).
+//! `bad_json` / `bad_request` for a malformed body, 413 for `text_too_long` and for a body over
+//! [`MAX_BODY_BYTES`] (`too_large`), 400 for any other failure of a text, 503 when the model or
+//! the settings cannot load (the adapter's own [`error`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -62,14 +62,31 @@ pub fn error(status: u16, code: &str, message: &str) -> Reply {
     }
 }
 
+/// The largest request body a handler takes (the request is a stranger's): 1 MiB, 64 texts at
+/// the default 16 KiB limit. Adapters that read the body as a stream stop reading past it.
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// The 413 `too_large` reply for a body over [`MAX_BODY_BYTES`].
+pub fn too_large() -> Reply {
+    error(
+        413,
+        "too_large",
+        &format!("the body is over {MAX_BODY_BYTES} bytes"),
+    )
+}
+
 /// The texts of a request, or the error reply for it.
 ///
 /// # Errors
-/// The [`Reply`] to send: 405 for a method other than `POST`, 400 `bad_json` for a body that is
-/// not JSON, 400 `bad_request` when `texts` is not an array of strings.
+/// The [`Reply`] to send: 405 for a method other than `POST`, 413 `too_large` for a body over
+/// [`MAX_BODY_BYTES`], 400 `bad_json` for a body that is not JSON, 400 `bad_request` when `texts`
+/// is not an array of strings.
 pub fn texts(method: &str, body: &[u8]) -> Result<Vec<String>, Reply> {
     if !method.eq_ignore_ascii_case("POST") {
         return Err(error(405, "method_not_allowed", r#"POST {"texts": [...]}"#));
+    }
+    if body.len() > MAX_BODY_BYTES {
+        return Err(too_large());
     }
     let v: serde_json::Value =
         serde_json::from_slice(body).map_err(|_| error(400, "bad_json", "the body is not JSON"))?;
@@ -147,6 +164,11 @@ mod tests {
         assert_eq!(
             code(&texts("POST", br#"{"texts": [1]}"#).unwrap_err()),
             (400, "bad_request".into())
+        );
+        let huge = vec![b' '; MAX_BODY_BYTES + 1];
+        assert_eq!(
+            code(&texts("POST", &huge).unwrap_err()),
+            (413, "too_large".into())
         );
     }
 

@@ -27,7 +27,9 @@ async fn main(
 /// instance while this one waits (on the remote cache, the backend, the body).
 #[cfg(all(target_os = "wasi", feature = "p3"))]
 mod p3 {
+    use ternflow_core::http_handler as contract;
     use wasip3::http::types::{ErrorCode, Fields, Method, Request, Response};
+    use wasip3::wit_bindgen::StreamResult;
     use wasip3::{wit_future, wit_stream};
 
     wasip3::http::service::export!(Handler);
@@ -53,10 +55,29 @@ mod p3 {
         async fn handle(request: Request) -> Result<Response, ErrorCode> {
             let method = method_name(&request.get_method());
             let (done_tx, done_rx) = wit_future::new(|| Ok(()));
-            let (contents, trailers) = Request::consume_body(request, done_rx);
+            let (mut contents, trailers) = Request::consume_body(request, done_rx);
             drop(done_tx);
-            let bytes = contents.collect().await;
-            trailers.await?;
+            // Read up to one byte over the bound, then stop: a body past it is refused without
+            // being held in memory.
+            let limit = contract::MAX_BODY_BYTES;
+            let mut bytes = Vec::new();
+            let over = loop {
+                let want = (limit + 1 - bytes.len()).min(64 * 1024);
+                let (status, chunk) = contents.read(Vec::with_capacity(want)).await;
+                bytes.extend_from_slice(&chunk);
+                if bytes.len() > limit {
+                    break true;
+                }
+                if !matches!(status, StreamResult::Complete(_)) {
+                    break false;
+                }
+            };
+            if over {
+                // Unread; the contract answers 413 `too_large` for what was read.
+                drop(contents);
+            } else {
+                trailers.await?;
+            }
             let (reply, instance) = ternflow_wasi::handler::handle(&method, &bytes).await;
             let headers = Fields::new();
             for (name, value) in [
