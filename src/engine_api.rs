@@ -4,7 +4,7 @@
 
 use wasm_bindgen::prelude::*;
 
-use ternflow_engine::Engine;
+use ternflow_engine::{EmbedOptions, Engine};
 
 /// A loaded Ternlight model (JS name `TernflowEngine`).
 #[wasm_bindgen]
@@ -38,9 +38,27 @@ impl TernflowEngine {
         })
     }
 
-    /// The L2-normalised embedding of `text` (a new `Float32Array`).
+    /// The L2-normalised embedding of the whole of `text` (a new `Float32Array`); a text past one
+    /// window (126 word pieces) is embedded as windows whose vectors are pooled.
     pub fn embed(&mut self, text: &str) -> Vec<f32> {
         self.inner.embed(text)
+    }
+
+    /// [`TernflowEngine::embed`] of at most `maxTokens` word pieces (none: the whole text), with
+    /// what the vector covers: `{ vector: Float32Array, tokens, chunks, truncated }`.
+    #[wasm_bindgen(js_name = embedDetailed)]
+    pub fn embed_detailed(&mut self, text: &str, max_tokens: Option<u32>) -> EmbedDetailed {
+        let mut vector = vec![0.0; self.inner.output_dim()];
+        let options = EmbedOptions {
+            max_tokens: max_tokens.map(|m| m as usize),
+        };
+        let info = self.inner.embed_with(text, options, &mut vector);
+        EmbedDetailed {
+            vector,
+            tokens: info.tokens as u32,
+            chunks: info.chunks as u32,
+            truncated: info.truncated,
+        }
     }
 
     /// The embeddings of many texts in one call (no JS crossing per text): one `Float32Array`
@@ -76,6 +94,28 @@ impl TernflowEngine {
     #[wasm_bindgen(getter)]
     pub fn kernel(&self) -> String {
         self.inner.kernel().name().to_string()
+    }
+}
+
+/// One text's vector and what it covers ([`TernflowEngine::embedDetailed`]).
+#[wasm_bindgen]
+#[derive(Debug)]
+pub struct EmbedDetailed {
+    vector: Vec<f32>,
+    /// Word pieces embedded.
+    pub tokens: u32,
+    /// Windows pooled (1 for a text that fits one).
+    pub chunks: u32,
+    /// Whether word pieces past `maxTokens` were dropped.
+    pub truncated: bool,
+}
+
+#[wasm_bindgen]
+impl EmbedDetailed {
+    /// The L2-normalised vector (a new `Float32Array`).
+    #[wasm_bindgen(getter)]
+    pub fn vector(&self) -> Vec<f32> {
+        self.vector.clone()
     }
 }
 

@@ -2,7 +2,8 @@
 """tern_ref — independent numpy reference for TERN v1 (Ternlight) model files.
 
 Usage.  As a CLI:  `python3 tools/tern_ref.py embed MODEL.bin --vocab models/vocab.txt < lines.txt >
-vectors.jsonl` writes one JSON array of floats per input line (L2-normalised, output_dim long);
+vectors.jsonl` writes one JSON array of floats per input line (L2-normalised, output_dim long; a line
+past one pass is embedded whole, as pooled windows: `embed_text`);
 `python3 tools/tern_ref.py tokenize --vocab models/vocab.txt < lines.txt` prints the token ids;
 `python3 tools/tern_ref.py info MODEL.bin` prints the header, sizes and hashes (model id = first 16
 hex digits of the file's SHA-256); `python3 tools/tern_ref.py gen --format int4 --vocab 30522 --d 64
@@ -193,8 +194,9 @@ def gelu(x):
     return (0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))).astype(x.dtype)
 
 
-def embed_ids(m, ids, dtype=np.float64):
-    """Forward for one sequence of token ids (already with [CLS] ... [SEP]).  Returns [out]."""
+def embed_ids(m, ids, dtype=np.float64, normalize=True):
+    """Forward for one sequence of token ids (already with [CLS] ... [SEP]).  Returns [out], L2-normalised
+    unless normalize=False (the projected mean itself: what window pooling weighs)."""
     ids = np.asarray(ids, np.int64)
     if ids.size == 0 or ids.max() >= m["vocab"] or ids.min() < 0:
         raise ValueError("token id out of range")
@@ -219,6 +221,8 @@ def embed_ids(m, ids, dtype=np.float64):
     x = layer_norm(x, c(m["lnf_w"]), c(m["lnf_b"]))
     e = x.mean(0)                                   # mean over all tokens incl. [CLS]/[SEP]
     e = c(m["proj"]) @ e + c(m["proj_b"])
+    if not normalize:
+        return e
     n = np.linalg.norm(e)
     return e / max(n, 1e-12)
 
@@ -230,6 +234,7 @@ class Tokenizer:
     text (e.g. "[PAD]") are ordinary text: they are not registered as added tokens."""
 
     def __init__(self, vocab_path, max_len=MAX_LEN):
+        """max_len=None: no truncation (the whole text's ids, for embed_text)."""
         from tokenizers import Tokenizer as HFTok, normalizers, pre_tokenizers, processors
         from tokenizers.models import WordPiece
         vocab = {}
@@ -241,7 +246,10 @@ class Tokenizer:
                                                   strip_accents=None, lowercase=True)
         t.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         t.post_processor = processors.BertProcessing(("[SEP]", vocab["[SEP]"]), ("[CLS]", vocab["[CLS]"]))
-        t.enable_truncation(max_len)
+        if max_len:
+            t.enable_truncation(max_len)
+        else:
+            t.no_truncation()
         t.no_padding()
         self.t = t
 
@@ -250,6 +258,22 @@ class Tokenizer:
 
     def encode_batch(self, texts):
         return [e.ids for e in self.t.encode_batch(list(texts))]
+
+
+def embed_text(m, ids, dtype=np.float64):
+    """The whole text's vector from all its ids ([CLS] ... [SEP], untruncated): one forward when the
+    content ids fit one pass (max_len - 2), else back-to-back windows of max_len - 2 content ids, each
+    run as [CLS] window [SEP], their vectors pooled as the mean weighted by each window's content ids,
+    L2-normalised (docs/model-format.md, "Long texts")."""
+    width = m["max_len"] - 2
+    content = list(ids[1:-1])
+    if len(content) <= width:
+        return embed_ids(m, ids, dtype)
+    acc = np.zeros(m["out"], dtype)
+    for s in range(0, len(content), width):
+        win = content[s:s + width]
+        acc += len(win) * embed_ids(m, [ids[0]] + win + [ids[-1]], dtype)
+    return acc / max(np.linalg.norm(acc), 1e-12)
 
 
 def embed(m, tok, texts, dtype=np.float64):
@@ -359,11 +383,11 @@ def main(argv=None):
             print(json.dumps(tok.encode(line.rstrip("\r\n"))))
     else:
         m = load(a.model)
-        tok = Tokenizer(a.vocab)
+        tok = Tokenizer(a.vocab, max_len=None)
         dt = np.float64 if a.dtype == "float64" else np.float32
         out = sys.stdout
         for line in sys.stdin:
-            v = embed_ids(m, tok.encode(line.rstrip("\r\n")), dt)
+            v = embed_text(m, tok.encode(line.rstrip("\r\n")), dt)
             out.write(json.dumps([float(np.float32(x)) for x in v]) + "\n")
 
 

@@ -48,3 +48,23 @@ test("the wasm engine gives the native kernels' bits for the shipped models", as
     assert.equal(h.digest("hex"), digests[name], `${name} (kernel ${engine.kernel})`);
   }
 });
+
+// Long texts in the wasm API: embedDetailed says what the vector covers; maxTokens cuts the text.
+test("embedDetailed embeds a long text whole and maxTokens cuts it", async () => {
+  const { readFileSync } = await import("node:fs");
+  const { pathToFileURL } = await import("node:url");
+  const pkg = `${root}pkg/`;
+  const wasm = await import(pathToFileURL(`${pkg}ternflow.js`).href);
+  await wasm.default({ module_or_path: readFileSync(`${pkg}ternflow_bg.wasm`) });
+  const engine = new wasm.TernflowEngine(readFileSync(`${root}models/ternlight-int4.bin`));
+  const long = "the quick brown fox jumps over the lazy dog ".repeat(40); // 360 word pieces
+  const whole = engine.embedDetailed(long);
+  assert.deepEqual([whole.tokens, whole.chunks, whole.truncated], [360, 3, false]);
+  assert.deepEqual(Array.from(whole.vector), Array.from(engine.embed(long)), "embed is embedDetailed without a limit");
+  const cut = engine.embedDetailed(long, 126);
+  assert.deepEqual([cut.tokens, cut.chunks, cut.truncated], [126, 1, true]);
+  assert.notDeepEqual(Array.from(cut.vector), Array.from(whole.vector));
+  const short = engine.embedDetailed("hello world", 126);
+  assert.deepEqual([short.tokens, short.chunks, short.truncated], [2, 1, false]);
+  assert.deepEqual(Array.from(short.vector), Array.from(engine.embed("hello world")));
+});

@@ -1,4 +1,4 @@
-//! `ternflow gen-model`, `embed` (vectors and `--ids`) and `bench` end to end.
+//! `ternflow gen-model`, `embed` (vectors, `--ids`, `--info`, `--max-tokens`) and `bench` end to end.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -64,6 +64,41 @@ fn gen_model_embed_and_bench() {
         .collect();
     assert_eq!(ids[0], vec![101, 7592, 2088, 102]);
     assert_eq!(ids[1], vec![101, 7668, 1031, 11687, 1033, 102]);
+
+    // --info: what each vector covers; a long line is embedded whole unless --max-tokens cuts it
+    let long = "word ".repeat(300);
+    let info = |extra: &[&str]| -> Vec<serde_json::Value> {
+        let mut args = vec!["--info"];
+        args.extend_from_slice(extra);
+        run(&args, &format!("hello world\n{long}\n"))
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let whole = info(&[]);
+    assert_eq!(whole[0]["tokens"], 2);
+    assert_eq!(whole[0]["chunks"], 1);
+    assert_eq!(whole[1]["tokens"], 300);
+    assert_eq!(whole[1]["chunks"], 3, "126 + 126 + 48 word pieces");
+    assert_eq!(whole[1]["truncated"], false);
+    let vec_of = |v: &serde_json::Value| -> Vec<f32> {
+        serde_json::from_value(v["vector"].clone()).unwrap()
+    };
+    assert_eq!(
+        vec_of(&whole[0]),
+        lines[0],
+        "--info carries the same vector"
+    );
+    let cut = info(&["--max-tokens", "126"]);
+    assert_eq!(cut[1]["tokens"], 126);
+    assert_eq!(cut[1]["chunks"], 1);
+    assert_eq!(cut[1]["truncated"], true);
+    assert_eq!(cut[0]["truncated"], false);
+    assert_ne!(
+        vec_of(&cut[1]),
+        vec_of(&whole[1]),
+        "the tail moves the vector"
+    );
 
     let out = ternflow()
         .arg("bench")

@@ -7,6 +7,7 @@ use crate::kernels::Kernel;
 use crate::loader::{load, load_owned};
 use crate::model::Weights;
 use crate::tokenizer::Tokenizer;
+use crate::window::{accumulate, finish, spans, EmbedInfo, EmbedOptions, OVERLAP};
 
 /// A Ternlight model ready to embed text.
 ///
@@ -21,6 +22,9 @@ pub struct Engine {
     scratch: Scratch,
     norm: String,
     ids: Vec<u32>,
+    /// One window's `[CLS] … [SEP]` and its vector, for texts past one pass.
+    window: Vec<u32>,
+    window_vec: Vec<f32>,
     model_id: String,
 }
 
@@ -79,6 +83,8 @@ impl Engine {
             kernel: Kernel::best(),
             norm: String::with_capacity(1024),
             ids: Vec::with_capacity(max_ids),
+            window: Vec::with_capacity(max_ids),
+            window_vec: vec![0.0; usize::from(weights.config.output_dim)],
             weights,
         })
     }
@@ -130,7 +136,8 @@ impl Engine {
             .encode(text, usize::from(self.weights.config.max_seq_len))
     }
 
-    /// The L2-normalised embedding of `text`.
+    /// The L2-normalised embedding of the whole of `text` (see [`crate::window`] for texts past
+    /// one pass).
     #[must_use]
     pub fn embed(&mut self, text: &str) -> Vec<f32> {
         let mut out = vec![0.0; self.output_dim()];
@@ -138,25 +145,82 @@ impl Engine {
         out
     }
 
-    /// [`Engine::embed`] into `out[..output_dim]` without allocating.
+    /// [`Engine::embed`] into `out[..output_dim]` without allocating (once warm).
     ///
     /// # Panics
     /// When `out` is shorter than [`Engine::output_dim`].
     pub fn embed_into(&mut self, text: &str, out: &mut [f32]) {
-        assert!(out.len() >= self.output_dim(), "output buffer too short");
-        let max_ids = usize::from(self.weights.config.max_seq_len);
-        self.tokenizer
-            .encode_into(text, max_ids, &mut self.norm, &mut self.ids);
-        forward(
-            &self.weights,
-            self.kernel,
-            &self.ids,
-            &mut self.scratch,
-            out,
-        );
+        self.embed_with(text, EmbedOptions::default(), out);
     }
 
-    /// [`Engine::embed_into`], adding each stage's time to `profile` (the vector is the same).
+    /// [`Engine::embed_into`] with `options` (at most `max_tokens` content ids), saying what the
+    /// vector covers: ids embedded, windows pooled, whether ids were dropped.
+    ///
+    /// # Panics
+    /// When `out` is shorter than [`Engine::output_dim`].
+    pub fn embed_with(&mut self, text: &str, options: EmbedOptions, out: &mut [f32]) -> EmbedInfo {
+        assert!(out.len() >= self.output_dim(), "output buffer too short");
+        let width = usize::from(self.weights.config.max_seq_len)
+            .saturating_sub(2)
+            .max(1);
+        // One id past the limit tells whether the text went on.
+        let limit = options
+            .max_tokens
+            .map_or(usize::MAX, |m| m.saturating_add(3));
+        self.tokenizer
+            .encode_into(text, limit, &mut self.norm, &mut self.ids);
+        let mut content = self.ids.len() - 2;
+        let truncated = options.max_tokens.is_some_and(|m| content > m);
+        if truncated {
+            content = options.max_tokens.unwrap_or(content);
+            let sep = self.ids[self.ids.len() - 1];
+            self.ids.truncate(content + 1);
+            self.ids.push(sep);
+        }
+        if content <= width {
+            forward(
+                &self.weights,
+                self.kernel,
+                &self.ids,
+                &mut self.scratch,
+                out,
+            );
+            return EmbedInfo {
+                tokens: content,
+                chunks: 1,
+                truncated,
+            };
+        }
+        let o = self.output_dim();
+        let (cls, sep) = (self.ids[0], self.ids[content + 1]);
+        let out = &mut out[..o];
+        out.fill(0.0);
+        let mut chunks = 0;
+        for (s, e) in spans(content, width, OVERLAP) {
+            self.window.clear();
+            self.window.push(cls);
+            self.window.extend_from_slice(&self.ids[1 + s..1 + e]);
+            self.window.push(sep);
+            forward(
+                &self.weights,
+                self.kernel,
+                &self.window,
+                &mut self.scratch,
+                &mut self.window_vec,
+            );
+            accumulate(out, &self.window_vec, e - s);
+            chunks += 1;
+        }
+        finish(out);
+        EmbedInfo {
+            tokens: content,
+            chunks,
+            truncated,
+        }
+    }
+
+    /// [`Engine::embed_into`] of the first window only (`[CLS]`, 126 word pieces, `[SEP]`), adding
+    /// each stage's time to `profile`.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn embed_profiled(
         &mut self,

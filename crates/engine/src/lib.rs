@@ -31,6 +31,8 @@
 //! - [`kernels`]: the integer matrix product — `scalar` reference, `simd128` (wasm32), `relaxed`
 //!   (wasm32 with relaxed SIMD, not the default build), `avx2` (x86-64, detected at run time),
 //!   `avx512` (cargo feature `avx512`, VNNI detected at run time).
+//! - [`window`]: texts past one pass — overlapping windows, their vectors pooled
+//!   ([`EmbedOptions`], [`EmbedInfo`]).
 //! - [`engine`]: the public [`Engine`].
 //! - [`testing`]: a seeded generator of valid random model files.
 
@@ -49,12 +51,14 @@ pub mod testing;
 pub mod tokenizer;
 mod unicode_tables;
 pub mod vocab;
+pub mod window;
 
 pub use engine::Engine;
 pub use error::{Error, Result};
 pub use format::{Config, EmbeddingFormat};
 pub use kernels::Kernel;
 pub use tokenizer::Tokenizer;
+pub use window::{EmbedInfo, EmbedOptions};
 
 /// The BERT uncased vocabulary (`models/vocab.txt`, 30 522 tokens), built into the crate.
 pub const BUNDLED_VOCAB: &str = include_str!("../../../models/vocab.txt");

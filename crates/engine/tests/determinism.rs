@@ -1,6 +1,6 @@
 //! The determinism invariant (docs/engine.md): every kernel gives bit-identical vectors for the
-//! shipped models, on 510 texts (440 short, 40 past the 128-token window, 30 non-ASCII in many
-//! scripts). The server relies on it to check a worker's vector exactly, whatever kernel the
+//! shipped models, on 510 texts (440 short, 40 past the 128-token window — embedded whole as
+//! pooled windows, so the pooling is held to the bit too —, 30 non-ASCII in many scripts). The server relies on it to check a worker's vector exactly, whatever kernel the
 //! worker ran. The digest of all vectors' bits is committed (`data/determinism.sha256`), and
 //! `tests/node/engine.test.mjs` computes the same digest with the shipped wasm (simd128), so
 //! native and wasm are held to the same bits.

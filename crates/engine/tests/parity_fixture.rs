@@ -4,7 +4,8 @@
 //! - `ref_v2k_{fp32,int8,ternary,int4}.tern`: `tools/tern_ref.py gen --format F --vocab 2000 --d 16
 //!   --layers 2 --heads 2 --ffn 32 --out 16 --seed 11`, used with `vocab2000.txt` (the first 2 000
 //!   lines of `models/vocab.txt`);
-//! - `ref_*.jsonl`: `tools/tern_ref.py embed` (float64) of `parity_sentences.txt`, rounded to 7
+//! - `ref_*.jsonl`: `tools/tern_ref.py embed` (float64; its 8 lines past one pass embedded whole as
+//!   pooled windows, `embed_text`) of `parity_sentences.txt`, rounded to 7
 //!   significant digits.
 //!
 //! Every vector must reach cosine ≥ 0.9999 with every kernel.

@@ -1,6 +1,9 @@
-//! `ternflow embed`: stdin lines → one JSON array per line (the vector, or `--ids` the token ids).
+//! `ternflow embed`: stdin lines → one JSON array per line (the vector, or `--ids` the token ids),
+//! or with `--info` one object per line: the vector and what it covers (ids, windows, truncated).
 
 use std::io::{BufRead, BufWriter, Write};
+
+use ternflow_engine::EmbedOptions;
 
 use super::{CmdResult, ModelArgs};
 
@@ -10,9 +13,24 @@ pub struct Args {
     /// The model and vocabulary.
     #[command(flatten)]
     pub engine: ModelArgs,
-    /// Write token ids instead of vectors.
+    /// Write token ids instead of vectors (the first window's: `[CLS]`, at most 126, `[SEP]`).
     #[arg(long)]
     pub ids: bool,
+    /// Embed at most this many word pieces of each line (default: the whole line, in overlapping
+    /// windows of 126 when it is longer).
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<usize>,
+    /// Write `{"vector": [...], "tokens": N, "chunks": K, "truncated": bool}` per line.
+    #[arg(long, conflicts_with = "ids")]
+    pub info: bool,
+}
+
+#[derive(serde::Serialize)]
+struct Line<'a> {
+    vector: &'a [f32],
+    tokens: usize,
+    chunks: usize,
+    truncated: bool,
 }
 
 /// Runs `ternflow embed`.
@@ -26,8 +44,21 @@ pub fn run(args: Args) -> CmdResult {
         if args.ids {
             serde_json::to_writer(&mut out, &engine.tokenize(&line))?;
         } else {
-            engine.embed_into(&line, &mut vector);
-            serde_json::to_writer(&mut out, &vector)?;
+            let options = EmbedOptions {
+                max_tokens: args.max_tokens,
+            };
+            let info = engine.embed_with(&line, options, &mut vector);
+            if args.info {
+                let line = Line {
+                    vector: &vector,
+                    tokens: info.tokens,
+                    chunks: info.chunks,
+                    truncated: info.truncated,
+                };
+                serde_json::to_writer(&mut out, &line)?;
+            } else {
+                serde_json::to_writer(&mut out, &vector)?;
+            }
         }
         out.write_all(b"\n")?;
     }
