@@ -15,7 +15,10 @@ reference tools/tern_ref.py (announced).  Printed per model:
     1 000 distinct unordered pairs (i != j) drawn with mulberry32(42) (i = floor(r*N), j = floor(r*N)),
     Spearman (average ranks) of student vs teacher pair cosines; teacher cosines from the vectors
     published with the queries.  The query file is not in git ($TERNLIGHT_QUERIES, default
-    $TERN_WORK/../ternlight_eval/spearman_smoke_1k.json).
+    $TERN_WORK/../ternlight_eval/spearman_smoke_1k.json);
+  * long@256, long@windows: 556 held-out paragraphs of 150-962 tokens (train/long_texts.py build +
+    teacher), the engine embedding each whole, against the teacher with its 256-token limit and over
+    the same windows and pooling (not counted in min(domains)).
 Teacher vectors: <set>_teacher.npy from train/label.py --files.  Results -> $TERN_WORK/eval_domains.json.
 """
 import os
@@ -120,6 +123,12 @@ def load_sets(names):
         y = unit([it["teacher_emb"] for it in items])
         pr = protocol_pairs(len(t))
         sets["ternlight-protocol"] = (t, y, (pr[:, 0], pr[:, 1]))
+    long_tsv = os.path.join(WORK, "long_test.tsv")
+    for name, ref in (("long@256", "long_test_t256.npy"), ("long@windows", "long_test_twin.npy")):
+        if (not names or name in names) and os.path.exists(os.path.join(WORK, ref)):
+            t = [l.rstrip("\n").split("\t", 1)[1] for l in open(long_tsv, encoding="utf-8")]
+            y = unit(np.load(os.path.join(WORK, ref)))
+            sets[name] = (t, y, np.triu_indices(len(t), 1))
     return sets
 
 
@@ -143,7 +152,7 @@ def main():
         for name, (texts, y, (i, j)) in sets.items():
             s = embed(engine, model, texts, args.vocab)
             r[name] = spearman((s[i] * s[j]).sum(1), (y[i] * y[j]).sum(1))
-        dom = [v for k, v in r.items() if k not in ("old-test", "ternlight-protocol")]
+        dom = [v for k, v in r.items() if k not in ("old-test", "ternlight-protocol", "long@256", "long@windows")]
         r["min_domain"] = min(dom) if dom else float("nan")
         r["seconds"] = time.time() - t0
         res["models"][os.path.relpath(os.path.abspath(model), ROOT)] = r

@@ -5,6 +5,7 @@ against the teacher.
   python3 train/long_texts.py build      # $TERN_WORK/long_test.tsv: 600 paragraphs (source<TAB>text)
   python3 train/long_texts.py measure    # Spearman of pairwise cosines, student (tools/tern_ref.py, the
                                          # packed model) vs teacher, per windowing/pooling candidate
+  python3 train/long_texts.py teacher    # both teacher references saved for train/eval_domains.py
   python3 train/long_texts.py cli BIN    # the same figures for `ternflow embed` (what ships), with the
                                          # previous behaviour (first 128 ids) beside it
 
@@ -257,6 +258,15 @@ def cli(binary):
 
 OVERLAP, POOLING = 0, "weighted"        # what the engine ships (crates/engine/src/window.rs), by `measure`
 
+def save_teacher():
+    """$TERN_WORK/long_test_t256.npy and long_test_twin.npy: the two teacher references, for
+    train/eval_domains.py's long@256 and long@windows sets."""
+    t256, tw = teacher_refs(load_texts(), OVERLAP, POOLING)
+    np.save(os.path.join(WORK, "long_test_t256.npy"), t256.astype(np.float32))
+    np.save(os.path.join(WORK, "long_test_twin.npy"), tw.astype(np.float32))
+    print(f"teacher references of {len(t256)} paragraphs saved")
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1] if len(sys.argv) > 1 else "measure"
-    {"build": build, "measure": measure, "cli": lambda: cli(sys.argv[2])}[cmd]()
+    {"build": build, "measure": measure, "teacher": save_teacher, "cli": lambda: cli(sys.argv[2])}[cmd]()

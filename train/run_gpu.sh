@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 30 on a lent GPU machine: one distillation run of the realq recipe (train/run_realq.sh's data
 # and mix) from the student in the bundle, sized to a few minutes of an H200.
-#   here:  python3 train/gpu.py bundle .gpu --init STUDENT.bin      (.gpu/ is ignored via .git/info/exclude)
+#   here:  python3 train/gpu.py bundle .gpu --init STUDENT.bin      (.gpu/ is in .gitignore)
 #   there: bash train/run_gpu.sh .gpu "$OUT" [TRAIN_MIN]             (device run, carry .gpu)
 # Labels every text with the bundle's int8 teacher, trains TRAIN_MIN minutes (default 5) at batch 512,
 # and leaves in OUT: ternlight-int4.bin (packed from the best dev mean), curve.tsv, train.log, best.json.
