@@ -216,7 +216,8 @@ async fn bench(args: Args) -> CmdResult {
 
     // Cache GET.
     let key = "0123456789abcdef:bench";
-    let vector = ternflow_core::codec::encode_vector(&vec![0.1f32; 384]);
+    // A unit vector: the server refuses cache writes that are not (a worker's writes are checked).
+    let vector = ternflow_core::codec::encode_vector(&vec![1.0 / 384f32.sqrt(); 384]);
     // A PUT must carry the fence of a live lock on the key.
     let lock: serde_json::Value = http
         .post(format!("{base}/v1/locks/{key}"))
