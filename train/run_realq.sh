@@ -7,7 +7,10 @@
 # Run directory $TERN_WORK/$RUN (default realq1): train.log, curve.tsv (per-domain dev Spearman),
 # ckpt_last.npz, best.json + student_best.npz (best dev mean), student_final.npz at the end; this
 # script's own output goes to run.log there.  BUDGET: minutes of training-step time (the run's schedule;
-# keep it when resuming).  Needs run_real.sh's and run_broad.sh's data; labels what is missing first
+# keep it when resuming).  EXTRA_SHARE (default 0.5) and LR (default 3e-4): keep them when resuming too.
+# realq2 (started 2026-12-04 from stage 9, more pool to win back docs/man):
+#   RUN=realq2 EXTRA_SHARE=0.35 LR=2e-4 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# Needs run_real.sh's and run_broad.sh's data; labels what is missing first
 # (pool shards, realq shards: both resumable, a no-op when complete).  One process, nice 19, 2 threads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +20,7 @@ RUN="${RUN:-realq1}"
 BUDGET="${BUDGET:-180}"
 mkdir -p "$W/$RUN"
 if [ "${DETACH:-0}" = 1 ]; then
-  DETACH=0 RUN="$RUN" BUDGET="$BUDGET" setsid nohup bash "$0" >> "$W/$RUN/run.log" 2>&1 < /dev/null &
+  DETACH=0 RUN="$RUN" BUDGET="$BUDGET" EXTRA_SHARE="${EXTRA_SHARE:-0.5}" LR="${LR:-3e-4}" setsid nohup bash "$0" >> "$W/$RUN/run.log" 2>&1 < /dev/null &
   echo "started in the background (pid $!); log: $W/$RUN/train.log, script output: $W/$RUN/run.log"
   exit 0
 fi
@@ -37,7 +40,7 @@ for d in web questions dup; do $PY train/pool.py append-dev $d; done
 
 # 2. distillation from the shipped model; --resume starts fresh when the run has no checkpoint yet
 $PY train/distil.py --init models/ternlight-int4.bin --run "$RUN" --resume \
-  --extra realq_train --extra-weight web=60,questions=25,dup=15 --extra-share 0.5 --extra-mix step \
+  --extra realq_train --extra-weight web=60,questions=25,dup=15 --extra-share "${EXTRA_SHARE:-0.5}" --extra-mix step \
   --domain-weight faq=6,queries=1.3,webq=1.5,ents=1.5 \
-  --lr 3e-4 --warmup-frac 0.01 --time-budget "$BUDGET" --ckpt-every 100 --eval-every 200 --save-best
+  --lr "${LR:-3e-4}" --warmup-frac 0.01 --time-budget "$BUDGET" --ckpt-every 100 --eval-every 200 --save-best
 echo "$(date -u '+%F %T') run_realq.sh: done"
