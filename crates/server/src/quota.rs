@@ -92,15 +92,14 @@ pub fn entry_bytes(key: &str, dims: usize) -> u64 {
     (key.len() + 4 * dims) as u64
 }
 
-/// Tokens the shipped engine reads of one text (its window); a longer text costs no more.
-pub const WINDOW_TOKENS: u32 = 128;
-
-/// The embed cost of `texts`: `1 + bytes / 4` each (a token is about four bytes of English; the
-/// engine reads at most its window of them, so a longer text costs no more than that window).
-pub fn embed_cost(texts: &[String], window_tokens: u32) -> u32 {
+/// The embed cost of `texts`: `1 + bytes / 4` each (a token is about four bytes of English).
+/// The engine embeds a text whole — one forward per window of 126 word pieces — so a long text
+/// costs in proportion to its length (it was capped at one window when the engine cut texts
+/// there; `max_text_bytes` bounds it).
+pub fn embed_cost(texts: &[String]) -> u32 {
     texts
         .iter()
-        .map(|t| (1 + (t.len() / 4) as u32).min(window_tokens.max(1)))
+        .map(|t| 1u32.saturating_add(u32::try_from(t.len() / 4).unwrap_or(u32::MAX)))
         .fold(0u32, u32::saturating_add)
 }
 
@@ -122,7 +121,8 @@ mod tests {
             })
             .validate()
             .is_err());
-        assert_eq!(embed_cost(&["abcdefgh".into(), String::new()], 512), 3 + 1);
-        assert_eq!(embed_cost(&["x".repeat(100_000)], 512), 512);
+        assert_eq!(embed_cost(&["abcdefgh".into(), String::new()]), 3 + 1);
+        // a long text is embedded whole: it costs its length, not one window
+        assert_eq!(embed_cost(&["x".repeat(16_384)]), 4_097);
     }
 }

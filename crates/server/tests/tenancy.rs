@@ -399,6 +399,13 @@ async fn embed_budget(s: &Server) {
     let r = s.post("/v1/embed", &other, huge).await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
     assert!(r.text.contains("whole budget"), "{}", r.text);
+    // One long text is embedded whole (a forward per 126 word pieces), so it costs its length:
+    // 2 400 bytes = 601 units, over a minute's budget (it cost one window, 128, when the engine
+    // cut texts there).
+    let long = json!({"texts": ["z ".repeat(1_200)]});
+    let r = s.post("/v1/embed", &other, long).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.text);
+    assert!(r.text.contains("601 embed units"), "{}", r.text);
 }
 
 /// Per-tenant quotas: queue depth and workers.

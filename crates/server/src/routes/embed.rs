@@ -11,7 +11,7 @@ use ternflow_core::protocol::{EmbedRequest, EmbedResponse, Vector};
 use crate::error::{Error, Result};
 use crate::extract::Json;
 use crate::identity::Identity;
-use crate::quota::{embed_cost, WINDOW_TOKENS};
+use crate::quota::embed_cost;
 use crate::tenants::Ctx;
 use ternflow_core::ErrorCode;
 
@@ -44,7 +44,7 @@ pub(crate) async fn embed(
             format!("texts are limited to {} bytes", cfg.max_text_bytes),
         ));
     }
-    let cost = embed_cost(&req.texts, WINDOW_TOKENS);
+    let cost = embed_cost(&req.texts);
     let tenant_budget = cfg.quotas_of(&state.tenant).embed_tokens_per_min;
     if let Err(e) = state.limits.spend_embed(&caller, tenant_budget, cost) {
         state.usage.add(|c| &c.quota_refused, 1);
