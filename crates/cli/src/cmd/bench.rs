@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use ternflow_engine::Engine;
+use ternflow_engine::{EmbedOptions, Engine};
 
 use super::{CmdResult, ModelArgs};
 
@@ -82,18 +82,23 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-/// Times `iters` embeds cycling through `inputs` and prints one summary line.
+/// Times `iters` embeds cycling through `inputs` and prints one summary line. Each embed is one
+/// forward pass: inputs are cut at one window (`max_seq_len` ids), as the "long" row has always
+/// measured (a longer text is one such pass per window: docs/engine.md "Long texts").
 fn measure(engine: &mut Engine, label: &str, inputs: &[String], iters: usize) {
     let mut out = vec![0f32; engine.output_dim()];
     let ids: usize = inputs.iter().map(|t| engine.tokenize(t).len()).sum();
+    let one_pass = EmbedOptions {
+        max_tokens: Some(usize::from(engine.config().max_seq_len).saturating_sub(2)),
+    };
     for i in 0..iters.div_ceil(10) {
-        engine.embed_into(&inputs[i % inputs.len()], &mut out);
+        engine.embed_with(&inputs[i % inputs.len()], one_pass, &mut out);
     }
     let mut times = Vec::with_capacity(iters);
     let start = Instant::now();
     for i in 0..iters {
         let t = Instant::now();
-        engine.embed_into(&inputs[i % inputs.len()], &mut out);
+        engine.embed_with(&inputs[i % inputs.len()], one_pass, &mut out);
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let total = start.elapsed().as_secs_f64();
@@ -110,7 +115,7 @@ fn measure(engine: &mut Engine, label: &str, inputs: &[String], iters: usize) {
     );
 }
 
-/// Inputs that fill `max_ids` (truncated to it).
+/// Inputs that fill `max_ids` (12 sentences, 140–200 ids: measured cut to one window).
 pub fn long_inputs() -> Vec<String> {
     (0..SHORT.len())
         .map(|i| {
