@@ -41,6 +41,16 @@ test("oversized texts are refused with text_too_long", async () => {
   assert.equal((await r.json()).error.code, "text_too_long");
 });
 
+test("a request asking for too many embed units is refused with batch_too_large", async () => {
+  // 16 texts of 16 000 bytes, each within the text limit, 256 KB in all: 16 × 4 001 units, over
+  // the 32 768 a request may ask for (long texts are embedded whole, a forward per window).
+  const r = await post({ texts: Array(16).fill("w".repeat(16_000)) });
+  assert.equal(r.status, 413);
+  const e = (await r.json()).error;
+  assert.equal(e.code, "batch_too_large");
+  assert.match(e.message, /64016 embed units/);
+});
+
 test("the message API reports typed errors", async () => {
   const r = await bindings.handle({ type: "nope", id: 9 });
   assert.equal(r.type, "error");

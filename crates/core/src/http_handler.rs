@@ -75,12 +75,27 @@ pub fn too_large() -> Reply {
     )
 }
 
+/// The embed cost of `texts`: `1 + bytes / 4` each, about a unit per word piece. The engine embeds
+/// a text whole (a forward per window of 126 word pieces), so the cost follows the length. The
+/// server's embed budget spends it; the handlers cap one request at [`MAX_REQUEST_UNITS`].
+pub fn embed_units(texts: &[String]) -> u32 {
+    texts
+        .iter()
+        .map(|t| 1u32.saturating_add(u32::try_from(t.len() / 4).unwrap_or(u32::MAX)))
+        .fold(0u32, u32::saturating_add)
+}
+
+/// The most [`embed_units`] one handler request may ask for: 32 768, ~128 KiB of text, ~260
+/// forwards. A full body (1 MiB of long texts) would be ~2 000 forwards, seconds of a stranger's
+/// CPU in one request; 64 short texts cost ~64 × 20.
+pub const MAX_REQUEST_UNITS: u32 = 32_768;
+
 /// The texts of a request, or the error reply for it.
 ///
 /// # Errors
 /// The [`Reply`] to send: 405 for a method other than `POST`, 413 `too_large` for a body over
 /// [`MAX_BODY_BYTES`], 400 `bad_json` for a body that is not JSON, 400 `bad_request` when `texts`
-/// is not an array of strings.
+/// is not an array of strings, 413 `batch_too_large` when they cost over [`MAX_REQUEST_UNITS`].
 pub fn texts(method: &str, body: &[u8]) -> Result<Vec<String>, Reply> {
     if !method.eq_ignore_ascii_case("POST") {
         return Err(error(405, "method_not_allowed", r#"POST {"texts": [...]}"#));
@@ -90,9 +105,21 @@ pub fn texts(method: &str, body: &[u8]) -> Result<Vec<String>, Reply> {
     }
     let v: serde_json::Value =
         serde_json::from_slice(body).map_err(|_| error(400, "bad_json", "the body is not JSON"))?;
-    serde_json::from_value::<EmbedBody>(v)
+    let texts = serde_json::from_value::<EmbedBody>(v)
         .map(|b| b.texts)
-        .map_err(|_| error(400, "bad_request", r#""texts" must be an array of strings"#))
+        .map_err(|_| error(400, "bad_request", r#""texts" must be an array of strings"#))?;
+    let units = embed_units(&texts);
+    if units > MAX_REQUEST_UNITS {
+        return Err(error(
+            413,
+            "batch_too_large",
+            &format!(
+                "these texts cost {units} embed units (1 + bytes/4 each; long texts are embedded \
+                 whole), at most {MAX_REQUEST_UNITS} a request: send fewer or shorter texts"
+            ),
+        ));
+    }
+    Ok(texts)
 }
 
 /// The reply for a text that failed with `e`.
@@ -170,6 +197,15 @@ mod tests {
             code(&texts("POST", &huge).unwrap_err()),
             (413, "too_large".into())
         );
+        // Within the body limit, the embed units decide: long texts are embedded whole.
+        let body = |n: usize, len: usize| {
+            serde_json::to_vec(&serde_json::json!({ "texts": vec!["w".repeat(len); n] })).unwrap()
+        };
+        assert_eq!(texts("POST", &body(64, 2_000)).unwrap().len(), 64); // 64 × 501 units
+        let r = texts("POST", &body(16, 16_000)).unwrap_err(); // 16 × 4 001 units
+        assert_eq!(code(&r), (413, "batch_too_large".into()));
+        assert!(String::from_utf8_lossy(&r.body).contains("64016 embed units"));
+        assert_eq!(embed_units(&["abcdefgh".into(), String::new()]), 3 + 1);
     }
 
     #[test]

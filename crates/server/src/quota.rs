@@ -92,15 +92,12 @@ pub fn entry_bytes(key: &str, dims: usize) -> u64 {
     (key.len() + 4 * dims) as u64
 }
 
-/// The embed cost of `texts`: `1 + bytes / 4` each (a token is about four bytes of English).
-/// The engine embeds a text whole — one forward per window of 126 word pieces — so a long text
-/// costs in proportion to its length (it was capped at one window when the engine cut texts
-/// there; `max_text_bytes` bounds it).
+/// The embed cost of `texts`: core's one rule, `1 + bytes / 4` each
+/// ([`ternflow_core::http_handler::embed_units`]). The engine embeds a text whole — one forward
+/// per window of 126 word pieces — so a long text costs in proportion to its length (it was capped
+/// at one window when the engine cut texts there; `max_text_bytes` bounds it).
 pub fn embed_cost(texts: &[String]) -> u32 {
-    texts
-        .iter()
-        .map(|t| 1u32.saturating_add(u32::try_from(t.len() / 4).unwrap_or(u32::MAX)))
-        .fold(0u32, u32::saturating_add)
+    ternflow_core::http_handler::embed_units(texts)
 }
 
 #[cfg(test)]
