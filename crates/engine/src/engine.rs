@@ -5,9 +5,10 @@ use crate::format::Config;
 use crate::forward::{forward, Scratch};
 use crate::kernels::Kernel;
 use crate::loader::{load, load_owned};
+use crate::math::l2_normalize;
 use crate::model::Weights;
 use crate::tokenizer::Tokenizer;
-use crate::window::{accumulate, finish, spans, EmbedInfo, EmbedOptions, OVERLAP};
+use crate::window::{accumulate, EmbedInfo, EmbedOptions};
 
 /// A Ternlight model ready to embed text.
 ///
@@ -170,13 +171,16 @@ impl Engine {
         self.tokenizer
             .encode_into(text, limit, &mut self.norm, &mut self.ids);
         let mut content = self.ids.len() - 2;
-        let truncated = options.max_tokens.is_some_and(|m| content > m);
-        if truncated {
-            content = options.max_tokens.unwrap_or(content);
-            let sep = self.ids[self.ids.len() - 1];
-            self.ids.truncate(content + 1);
-            self.ids.push(sep);
-        }
+        let truncated = match options.max_tokens {
+            Some(m) if content > m => {
+                let sep = self.ids[content + 1];
+                self.ids.truncate(m + 1);
+                self.ids.push(sep);
+                content = m;
+                true
+            }
+            _ => false,
+        };
         if content <= width {
             forward(
                 &self.weights,
@@ -191,15 +195,14 @@ impl Engine {
                 truncated,
             };
         }
-        let o = self.output_dim();
         let (cls, sep) = (self.ids[0], self.ids[content + 1]);
-        let out = &mut out[..o];
+        let out = &mut out[..self.output_dim()];
         out.fill(0.0);
         let mut chunks = 0;
-        for (s, e) in spans(content, width, OVERLAP) {
+        for part in self.ids[1..=content].chunks(width) {
             self.window.clear();
             self.window.push(cls);
-            self.window.extend_from_slice(&self.ids[1 + s..1 + e]);
+            self.window.extend_from_slice(part);
             self.window.push(sep);
             forward(
                 &self.weights,
@@ -208,10 +211,10 @@ impl Engine {
                 &mut self.scratch,
                 &mut self.window_vec,
             );
-            accumulate(out, &self.window_vec, e - s);
+            accumulate(out, &self.window_vec, part.len());
             chunks += 1;
         }
-        finish(out);
+        l2_normalize(out);
         EmbedInfo {
             tokens: content,
             chunks,

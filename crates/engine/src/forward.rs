@@ -389,9 +389,6 @@ fn forward_body<S: Stages>(
     for (r, v) in out.iter_mut().enumerate() {
         *v = scalar::dot_f32(&w.proj_w[r * d..(r + 1) * d], pooled) + w.proj_b[r];
     }
-    let norm = out.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
-    for v in out.iter_mut() {
-        *v /= norm;
-    }
+    crate::math::l2_normalize(out);
     st.end(Stage::PoolProject);
 }

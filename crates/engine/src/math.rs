@@ -129,6 +129,16 @@ pub fn sum_sq_dev(x: &[f32], mean: f32) -> f32 {
         + tail
 }
 
+/// `v / max(‖v‖, 1e-12)` in place: the sum of squares in index order, then one division per
+/// element (the output of a forward pass, and of a pooled long text).
+#[inline(always)]
+pub fn l2_normalize(v: &mut [f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+    for x in v.iter_mut() {
+        *x /= norm;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,8 +1,6 @@
 //! Long texts are embedded whole: windows of 126 content ids, their vectors averaged weighted by
 //! their ids and renormalised (`ternflow_engine::window`); `max_tokens` cuts a text and says so.
 
-use ternflow_engine::window::{spans, OVERLAP};
-
 use ternflow_engine::{testing, EmbedOptions, EmbeddingFormat, Engine};
 
 fn engine() -> Engine {
@@ -33,13 +31,13 @@ fn with(
 /// The windows' vectors of `content` summed in f32 in text order, each times its ids, and
 /// renormalised: the pooling written out, to the bit.
 fn pooled_by_hand(e: &mut Engine, cls: u32, sep: u32, content: &[u32]) -> (Vec<f32>, usize) {
-    let windows: Vec<_> = spans(content.len(), 126, OVERLAP).collect();
+    let windows: Vec<&[u32]> = content.chunks(126).collect();
     let mut sum = vec![0.0f32; e.output_dim()];
-    for (s, t) in &windows {
+    for part in &windows {
         let mut ids = vec![cls];
-        ids.extend_from_slice(&content[*s..*t]);
+        ids.extend_from_slice(part);
         ids.push(sep);
-        let w = (t - s) as f32;
+        let w = part.len() as f32;
         for (m, x) in sum.iter_mut().zip(e.embed_ids(&ids).unwrap()) {
             *m += w * x;
         }
