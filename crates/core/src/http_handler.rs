@@ -206,6 +206,8 @@ mod tests {
         assert_eq!(code(&r), (413, "batch_too_large".into()));
         assert!(String::from_utf8_lossy(&r.body).contains("64016 embed units"));
         assert_eq!(embed_units(&["abcdefgh".into(), String::new()]), 3 + 1);
+        // a long text is embedded whole: it costs its length, not one window
+        assert_eq!(embed_units(&["x".repeat(16_384)]), 4_097);
     }
 
     #[test]

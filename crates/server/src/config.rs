@@ -92,7 +92,7 @@ pub struct Config {
     /// Most open connections from one IP address; more are closed at once.
     pub max_connections_per_ip: usize,
     /// `POST /v1/embed` budget of one signed token per minute (token estimate,
-    /// [`crate::quota::embed_cost`]); the tenant's own budget is [`Config::quotas`].
+    /// [`ternflow_core::http_handler::embed_units`]); the tenant's own budget is [`Config::quotas`].
     pub embed_tokens_per_min: u32,
     /// Every signed tenant's quotas.
     pub quotas: crate::quota::Quotas,

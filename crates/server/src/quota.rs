@@ -92,14 +92,6 @@ pub fn entry_bytes(key: &str, dims: usize) -> u64 {
     (key.len() + 4 * dims) as u64
 }
 
-/// The embed cost of `texts`: core's one rule, `1 + bytes / 4` each
-/// ([`ternflow_core::http_handler::embed_units`]). The engine embeds a text whole — one forward
-/// per window of 126 word pieces — so a long text costs in proportion to its length (it was capped
-/// at one window when the engine cut texts there; `max_text_bytes` bounds it).
-pub fn embed_cost(texts: &[String]) -> u32 {
-    ternflow_core::http_handler::embed_units(texts)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,8 +110,5 @@ mod tests {
             })
             .validate()
             .is_err());
-        assert_eq!(embed_cost(&["abcdefgh".into(), String::new()]), 3 + 1);
-        // a long text is embedded whole: it costs its length, not one window
-        assert_eq!(embed_cost(&["x".repeat(16_384)]), 4_097);
     }
 }

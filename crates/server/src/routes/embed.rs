@@ -1,17 +1,17 @@
 //! `POST /v1/embed`: backend inference, batched across clients. The most expensive route, so
 //! it has budgets of its own besides the request rate: each signed token and each tenant may
-//! spend so many units a minute (`crate::quota::embed_cost`: about a unit per token), and
+//! spend so many units a minute (core's `http_handler::embed_units`: about a unit per token), and
 //! beyond that gets 429 `quota_exceeded` with `Retry-After`.
 
 use std::time::Instant;
 
 use axum::extract::Extension;
+use ternflow_core::http_handler::embed_units;
 use ternflow_core::protocol::{EmbedRequest, EmbedResponse, Vector};
 
 use crate::error::{Error, Result};
 use crate::extract::Json;
 use crate::identity::Identity;
-use crate::quota::embed_cost;
 use crate::tenants::Ctx;
 use ternflow_core::ErrorCode;
 
@@ -44,7 +44,7 @@ pub(crate) async fn embed(
             format!("texts are limited to {} bytes", cfg.max_text_bytes),
         ));
     }
-    let cost = embed_cost(&req.texts);
+    let cost = embed_units(&req.texts);
     let tenant_budget = cfg.quotas_of(&state.tenant).embed_tokens_per_min;
     if let Err(e) = state.limits.spend_embed(&caller, tenant_budget, cost) {
         state.usage.add(|c| &c.quota_refused, 1);
