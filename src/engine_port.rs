@@ -6,6 +6,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use ternflow_core::ports::Embedder;
+use ternflow_core::protocol::TextInfo;
 use ternflow_core::{Error, Result};
 use ternflow_engine::Engine;
 use wasm_bindgen::JsValue;
@@ -225,5 +226,51 @@ impl Embedder for LocalEngine {
         }
         self.with(|e| e.embed(text))
             .ok_or_else(|| Error::Engine("no model loaded".into()))
+    }
+
+    async fn embed_with(
+        &self,
+        text: &str,
+        max_tokens: Option<u32>,
+        trace: &str,
+    ) -> Result<Vec<f32>> {
+        if max_tokens.is_none() {
+            return self.embed(text, trace).await;
+        }
+        if !self.cuts() {
+            return Err(Error::Engine(
+                "the engine worker embeds whole texts only".into(),
+            ));
+        }
+        if self.fail.get() {
+            return Err(Error::Engine("engine failing (test hook)".into()));
+        }
+        self.with(|e| {
+            let mut v = vec![0.0; e.output_dim()];
+            e.embed_with(text, options(max_tokens), &mut v);
+            v
+        })
+        .ok_or_else(|| Error::Engine("no model loaded".into()))
+    }
+
+    /// The engine worker embeds whole texts only (a cut text goes to the backend), and cannot
+    /// count word pieces without a round trip: only an engine on this thread cuts and counts.
+    fn cuts(&self) -> bool {
+        self.offload.borrow().is_none() && self.slot.borrow().is_some()
+    }
+
+    async fn info(&self, text: &str, max_tokens: Option<u32>) -> Option<TextInfo> {
+        let i = self.with(|e| e.info(text, options(max_tokens)))?;
+        Some(TextInfo {
+            tokens: u32::try_from(i.tokens).unwrap_or(u32::MAX),
+            chunks: u32::try_from(i.chunks).unwrap_or(u32::MAX),
+            truncated: i.truncated,
+        })
+    }
+}
+
+fn options(max_tokens: Option<u32>) -> ternflow_engine::EmbedOptions {
+    ternflow_engine::EmbedOptions {
+        max_tokens: max_tokens.map(|m| m as usize),
     }
 }

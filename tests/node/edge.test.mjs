@@ -24,6 +24,31 @@ test("embeds with the in-wasm engine, then hits the in-memory local cache", asyn
   assert.notDeepEqual(vectors[0], vectors[2]);
 });
 
+test("maxTokens cuts a text and info says what each vector covers, as the engine's embedDetailed", async () => {
+  const engine = new bindings.TernflowEngine(new Uint8Array(modelBytes));
+  const long = "edge windows pooled and cut ".repeat(50);
+  const texts = [long, "short edge text"];
+  for (const maxTokens of [undefined, 9]) {
+    const r = await post({ texts, maxTokens });
+    assert.equal(r.status, 200);
+    const { vectors, info } = await r.json();
+    texts.forEach((t, i) => {
+      const want = engine.embedDetailed(t, maxTokens);
+      assert.deepEqual(vectors[i], Array.from(want.vector), `${maxTokens} text ${i}`);
+      assert.deepEqual(info[i], { tokens: want.tokens, chunks: want.chunks, truncated: want.truncated });
+    });
+    assert.equal(info[0].truncated, maxTokens !== undefined);
+  }
+  // the cut vector is cached apart: asked again whole, the text is not served the cut one
+  const again = await (await post({ texts: [long] })).json();
+  assert.deepEqual(again.vectors[0], Array.from(engine.embed(long)));
+  assert.ok(again.info[0].chunks > 1, JSON.stringify(again.info));
+  const zero = await post({ texts: ["a"], maxTokens: 0 });
+  assert.equal(zero.status, 400);
+  assert.equal((await zero.json()).error.code, "bad_request");
+  engine.free();
+});
+
 test("malformed requests get clear errors", async () => {
   const bad = await post("{not json");
   assert.equal(bad.status, 400);

@@ -1,7 +1,9 @@
 //! The embedding handler's HTTP contract, one for every runtime that answers requests: the edge
 //! `fetch` handler (`www/edge/handler.mjs`, through the wasm's `handleHttp`) and the WASI
-//! `wasi:http` handler. `POST {"texts": [...]}` answers `{"vectors": number[][], "sources":
-//! string[]}`; every error is `{"error": {"code", "message"}}` — 405 for another method, 400
+//! `wasi:http` handler. `POST {"texts": [...], "maxTokens"?: n}` answers `{"vectors": number[][],
+//! "sources": string[], "info"?: [{"tokens", "chunks", "truncated"}]}` (`info` where the engine
+//! runs the model: what each vector covers of its text; `maxTokens`, also read as `max_tokens`,
+//! cuts each text at that many word pieces, see [`Pipeline::resolve_many_with`]); every error is `{"error": {"code", "message"}}` — 405 for another method, 400
 //! `bad_json` / `bad_request` for a malformed body, 413 for `text_too_long` and for a body over
 //! [`MAX_BODY_BYTES`] (`too_large`), 400 for any other failure of a text, 503 when the model or
 //! the settings cannot load (the adapter's own [`error`]).
@@ -9,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::pipeline::{Pipeline, Ports};
-use crate::protocol::ResultSource;
+use crate::protocol::{ResultSource, TextInfo};
 use crate::Error;
 
 /// Texts of one request resolved as one batch through the pipeline (one local-cache read and
@@ -25,9 +27,14 @@ pub struct Reply {
     pub body: Vec<u8>,
 }
 
-#[derive(Deserialize)]
-struct EmbedBody {
-    texts: Vec<String>,
+/// A request's body.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Request {
+    /// The texts, in order.
+    pub texts: Vec<String>,
+    /// Word pieces to embed of each text at most (≥ 1; absent: whole texts).
+    #[serde(default, alias = "maxTokens")]
+    pub max_tokens: Option<u32>,
 }
 
 /// The answer to a request whose texts all resolved.
@@ -41,6 +48,10 @@ pub struct Answer {
     pub vectors: Vec<Vec<f32>>,
     /// Where each came from.
     pub sources: Vec<ResultSource>,
+    /// What each vector covers of its text; absent when the engine cannot say (not loaded, or
+    /// running another model).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub info: Option<Vec<TextInfo>>,
 }
 
 fn exact_f32s<S: serde::Serializer>(vectors: &[Vec<f32>], s: S) -> Result<S::Ok, S::Error> {
@@ -90,13 +101,14 @@ pub fn embed_units(texts: &[String]) -> u32 {
 /// CPU in one request; 64 short texts cost ~64 × 20.
 pub const MAX_REQUEST_UNITS: u32 = 32_768;
 
-/// The texts of a request, or the error reply for it.
+/// A request read, or the error reply for it.
 ///
 /// # Errors
 /// The [`Reply`] to send: 405 for a method other than `POST`, 413 `too_large` for a body over
 /// [`MAX_BODY_BYTES`], 400 `bad_json` for a body that is not JSON, 400 `bad_request` when `texts`
-/// is not an array of strings, 413 `batch_too_large` when they cost over [`MAX_REQUEST_UNITS`].
-pub fn texts(method: &str, body: &[u8]) -> Result<Vec<String>, Reply> {
+/// is not an array of strings or `maxTokens` not a whole number ≥ 1, 413 `batch_too_large` when
+/// the texts cost over [`MAX_REQUEST_UNITS`].
+pub fn request(method: &str, body: &[u8]) -> Result<Request, Reply> {
     if !method.eq_ignore_ascii_case("POST") {
         return Err(error(405, "method_not_allowed", r#"POST {"texts": [...]}"#));
     }
@@ -105,10 +117,21 @@ pub fn texts(method: &str, body: &[u8]) -> Result<Vec<String>, Reply> {
     }
     let v: serde_json::Value =
         serde_json::from_slice(body).map_err(|_| error(400, "bad_json", "the body is not JSON"))?;
-    let texts = serde_json::from_value::<EmbedBody>(v)
-        .map(|b| b.texts)
-        .map_err(|_| error(400, "bad_request", r#""texts" must be an array of strings"#))?;
-    let units = embed_units(&texts);
+    let req = serde_json::from_value::<Request>(v).map_err(|_| {
+        error(
+            400,
+            "bad_request",
+            r#""texts" must be an array of strings, "maxTokens" a whole number"#,
+        )
+    })?;
+    if req.max_tokens == Some(0) {
+        return Err(error(
+            400,
+            "bad_request",
+            r#""maxTokens" must be at least 1"#,
+        ));
+    }
+    let units = embed_units(&req.texts);
     if units > MAX_REQUEST_UNITS {
         return Err(error(
             413,
@@ -119,7 +142,7 @@ pub fn texts(method: &str, body: &[u8]) -> Result<Vec<String>, Reply> {
             ),
         ));
     }
-    Ok(texts)
+    Ok(req)
 }
 
 /// The reply for a text that failed with `e`.
@@ -135,18 +158,29 @@ pub fn failure(e: &Error) -> Reply {
 /// Answers one request through `pipeline`: the texts in order, in batches of [`CHUNK`]; the
 /// first text that fails decides the reply.
 pub async fn respond<P: Ports>(pipeline: &Pipeline<P>, method: &str, body: &[u8]) -> Reply {
-    let texts = match texts(method, body) {
-        Ok(t) => t,
+    let req = match request(method, body) {
+        Ok(r) => r,
         Err(reply) => return reply,
     };
+    let n = req.texts.len();
     let mut out = Answer {
-        vectors: Vec::with_capacity(texts.len()),
-        sources: Vec::with_capacity(texts.len()),
+        vectors: Vec::with_capacity(n),
+        sources: Vec::with_capacity(n),
+        info: Some(Vec::with_capacity(n)),
     };
-    for part in texts.chunks(CHUNK) {
-        for r in pipeline.resolve_many(part, None, |_, _| {}).await {
+    for part in req.texts.chunks(CHUNK) {
+        let results = pipeline
+            .resolve_many_with(part, None, req.max_tokens, |_, _| {})
+            .await;
+        for (text, r) in part.iter().zip(results) {
             match r {
                 Ok(r) => {
+                    // Counted, not remembered: a cached vector's text is counted again.
+                    let info = pipeline.text_info(text, &r.model_id, req.max_tokens).await;
+                    match (info, out.info.as_mut()) {
+                        (Some(i), Some(all)) => all.push(i),
+                        _ => out.info = None,
+                    }
                     out.vectors.push(r.vector);
                     out.sources.push(r.source);
                 }
@@ -177,32 +211,49 @@ mod tests {
     #[test]
     fn requests_are_read_as_the_edge_handler_reads_them() {
         assert_eq!(
-            texts("POST", br#"{"texts": ["a", "b"]}"#).unwrap(),
+            request("POST", br#"{"texts": ["a", "b"]}"#).unwrap().texts,
             vec!["a".to_owned(), "b".to_owned()]
         );
         assert_eq!(
-            code(&texts("GET", b"").unwrap_err()),
+            code(&request("GET", b"").unwrap_err()),
             (405, "method_not_allowed".into())
         );
         assert_eq!(
-            code(&texts("POST", b"{").unwrap_err()),
+            code(&request("POST", b"{").unwrap_err()),
             (400, "bad_json".into())
         );
         assert_eq!(
-            code(&texts("POST", br#"{"texts": [1]}"#).unwrap_err()),
+            code(&request("POST", br#"{"texts": [1]}"#).unwrap_err()),
             (400, "bad_request".into())
         );
         let huge = vec![b' '; MAX_BODY_BYTES + 1];
         assert_eq!(
-            code(&texts("POST", &huge).unwrap_err()),
+            code(&request("POST", &huge).unwrap_err()),
             (413, "too_large".into())
         );
+        // maxTokens: either spelling, a whole number ≥ 1
+        for body in [
+            &br#"{"texts": ["a"], "maxTokens": 64}"#[..],
+            br#"{"texts": ["a"], "max_tokens": 64}"#,
+        ] {
+            assert_eq!(request("POST", body).unwrap().max_tokens, Some(64));
+        }
+        for bad in [
+            &br#"{"texts": ["a"], "maxTokens": 0}"#[..],
+            br#"{"texts": ["a"], "maxTokens": -1}"#,
+            br#"{"texts": ["a"], "maxTokens": "9"}"#,
+        ] {
+            assert_eq!(
+                code(&request("POST", bad).unwrap_err()),
+                (400, "bad_request".into())
+            );
+        }
         // Within the body limit, the embed units decide: long texts are embedded whole.
         let body = |n: usize, len: usize| {
             serde_json::to_vec(&serde_json::json!({ "texts": vec!["w".repeat(len); n] })).unwrap()
         };
-        assert_eq!(texts("POST", &body(64, 2_000)).unwrap().len(), 64); // 64 × 501 units
-        let r = texts("POST", &body(16, 16_000)).unwrap_err(); // 16 × 4 001 units
+        assert_eq!(request("POST", &body(64, 2_000)).unwrap().texts.len(), 64); // 64 × 501 units
+        let r = request("POST", &body(16, 16_000)).unwrap_err(); // 16 × 4 001 units
         assert_eq!(code(&r), (413, "batch_too_large".into()));
         assert!(String::from_utf8_lossy(&r.body).contains("64016 embed units"));
         assert_eq!(embed_units(&["abcdefgh".into(), String::new()]), 3 + 1);
@@ -222,6 +273,7 @@ mod tests {
         let a = answer(&Answer {
             vectors: vec![vec![0.5, -1.0, 0.1]],
             sources: vec![ResultSource::Engine],
+            info: None,
         });
         assert_eq!(
             String::from_utf8(a.body).unwrap(),

@@ -631,9 +631,48 @@ impl FakeEmbedder {
     }
 }
 
+impl FakeEmbedder {
+    /// This embedder's word pieces: the text's whitespace-separated words.
+    pub fn words(text: &str) -> Vec<&str> {
+        text.split_whitespace().collect()
+    }
+
+    /// The vector it gives `text` cut at `max` words.
+    pub fn vector_cut(text: &str, max: u32) -> Vec<f32> {
+        let words = Self::words(text);
+        let keep = words.len().min(max as usize);
+        Self::vector_for(&words[..keep].join(" "))
+    }
+}
+
 impl Embedder for FakeEmbedder {
     fn model_id(&self) -> Option<String> {
         self.model.borrow().clone()
+    }
+    async fn embed_with(
+        &self,
+        text: &str,
+        max_tokens: Option<u32>,
+        trace: &str,
+    ) -> Result<Vec<f32>> {
+        let v = self.embed(text, trace).await?;
+        Ok(match max_tokens {
+            Some(max) if Self::words(text).len() > max as usize => Self::vector_cut(text, max),
+            _ => v,
+        })
+    }
+    fn cuts(&self) -> bool {
+        self.model.borrow().is_some()
+    }
+    async fn info(&self, text: &str, max_tokens: Option<u32>) -> Option<crate::protocol::TextInfo> {
+        self.model.borrow().as_ref()?;
+        let n = Self::words(text).len() as u32;
+        let tokens = max_tokens.map_or(n, |m| n.min(m));
+        Some(crate::protocol::TextInfo {
+            tokens,
+            chunks: tokens.div_ceil(126).max(1),
+            truncated: tokens < n,
+        })
     }
     async fn embed(&self, text: &str, _trace: &str) -> Result<Vec<f32>> {
         self.calls.set(self.calls.get() + 1);

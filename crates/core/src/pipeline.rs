@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::keys::cache_key;
 use crate::metrics::{gauges, histograms, names, Metrics};
 use crate::ports::{Clock, Embedder, JobSource, LocalCache, Locks, PutOutcome, RemoteCache};
-use crate::protocol::{CacheEntry, CachePut, LockGrant, ResultSource, Vector};
+use crate::protocol::{CacheEntry, CachePut, LockGrant, ResultSource, TextInfo, Vector};
 use crate::queue::batch_queue::{AckQueue, NackQueue};
 use crate::queue::signal::StopSignal;
 use crate::ratelimit::RateLimiter;
@@ -206,6 +206,7 @@ impl<P: Ports> Pipeline<P> {
         self.resolve_with(
             text,
             model_id,
+            None,
             trace,
             &RefCell::new(None),
             SingleFlight::Lock,
@@ -226,11 +227,38 @@ impl<P: Ports> Pipeline<P> {
         model_id: Option<&str>,
         each: impl FnMut(usize, &Result<Resolved>),
     ) -> Vec<Result<Resolved>> {
+        self.resolve_many_with(texts, model_id, None, each).await
+    }
+
+    /// [`Pipeline::resolve_many`] embedding at most `max_tokens` word pieces of each text
+    /// (`None`: whole texts). A text the limit cuts gets a vector of its own, which is not the
+    /// text's embedding: it is cached in the local cache only, under its own key
+    /// (`model:texthash.t{max_tokens}`), and never read from or written to the shared remote cache
+    /// (whose entries the server checks against whole-text embeddings). A text within the limit
+    /// takes the usual path: its vector is the whole text's. Without the engine to count its
+    /// word pieces, a text is taken as cut.
+    pub async fn resolve_many_with(
+        &self,
+        texts: &[String],
+        model_id: Option<&str>,
+        max_tokens: Option<u32>,
+        each: impl FnMut(usize, &Result<Resolved>),
+    ) -> Vec<Result<Resolved>> {
         let each = RefCell::new(each);
         let each = &each;
         let resolving = texts.iter().enumerate().map(|(i, t)| async move {
             let trace = TraceParent::new_root(&self.rng).header();
-            let r = self.resolve(t, model_id, &trace).await;
+            let r = self
+                .resolve_with(
+                    t,
+                    model_id,
+                    max_tokens,
+                    &trace,
+                    &RefCell::new(None),
+                    SingleFlight::Lock,
+                    RemoteHint::Unknown,
+                )
+                .await;
             (each.borrow_mut())(i, &r);
             r
         });
@@ -238,10 +266,12 @@ impl<P: Ports> Pipeline<P> {
     }
 
     /// `guard`: what makes this worker the only one embedding the text (see [`SingleFlight`]).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn resolve_with(
         &self,
         text: &str,
         model_id: Option<&str>,
+        max_tokens: Option<u32>,
         trace: &str,
         held: &RefCell<Option<HeldLock>>,
         guard: SingleFlight,
@@ -255,6 +285,12 @@ impl<P: Ports> Pipeline<P> {
                 message: "no model id given and no model loaded".into(),
             })?,
         };
+        if let Some(max) = max_tokens {
+            let cut = self.text_info(text, &model, Some(max)).await;
+            if cut.is_none_or(|i| i.truncated) {
+                return self.resolve_cut(text, model, max, trace).await;
+            }
+        }
         let key = cache_key(&model, text);
 
         if let Some(v) = self.local_get(&key).await {
@@ -323,6 +359,46 @@ impl<P: Ports> Pipeline<P> {
         result
     }
 
+    /// What embedding `text` under `model` with `max_tokens` covers: the engine's count when it
+    /// runs `model` (word pieces counted, nothing embedded), else `None`.
+    pub async fn text_info(
+        &self,
+        text: &str,
+        model: &str,
+        max_tokens: Option<u32>,
+    ) -> Option<TextInfo> {
+        if self.adapters.engine.model_id().as_deref() != Some(model) {
+            return None;
+        }
+        self.adapters.engine.info(text, max_tokens).await
+    }
+
+    /// A text cut at `max` word pieces: its vector is kept in the local cache only (see
+    /// [`Pipeline::resolve_many_with`]).
+    async fn resolve_cut(
+        &self,
+        text: &str,
+        model: String,
+        max: u32,
+        trace: &str,
+    ) -> Result<Resolved> {
+        let key = format!("{}.t{max}", cache_key(&model, text));
+        if let Some(v) = self.local_get(&key).await {
+            return Ok(Resolved {
+                vector: v,
+                model_id: model,
+                source: ResultSource::Local,
+            });
+        }
+        let (vector, source) = self.embed(text, &model, Some(max), trace).await?;
+        self.local_put(&key, &vector).await;
+        Ok(Resolved {
+            vector,
+            model_id: model,
+            source,
+        })
+    }
+
     async fn embed_and_store(
         &self,
         key: &str,
@@ -332,7 +408,7 @@ impl<P: Ports> Pipeline<P> {
         held: &RefCell<Option<HeldLock>>,
         guard: SingleFlight,
     ) -> Result<Resolved> {
-        let (mut vector, source) = self.embed(text, model, trace).await?;
+        let (mut vector, source) = self.embed(text, model, None, trace).await?;
         if guard == SingleFlight::Lock {
             vector = self
                 .write_remote(key, text, vector, model, trace, held)
@@ -499,6 +575,7 @@ impl<P: Ports> Pipeline<P> {
         &self,
         text: &str,
         model: &str,
+        max_tokens: Option<u32>,
         trace: &str,
     ) -> Result<(Vec<f32>, ResultSource)> {
         let now = self.adapters.clock.now_ms();
@@ -507,11 +584,19 @@ impl<P: Ports> Pipeline<P> {
                 None => "engine not loaded".into(),
                 Some(m) => format!("engine runs model {m}, job wants {model}"),
             })
+        } else if max_tokens.is_some() && !self.adapters.engine.cuts() {
+            // Not a failure of the engine: it embeds whole texts only here.
+            Error::Engine("the engine cannot embed part of a text here".into())
         } else if !self.engine_breaker.try_acquire(now) {
             Error::Engine("engine breaker open".into())
         } else {
             let t0 = self.adapters.clock.now_ms();
-            match self.adapters.engine.embed(text, trace).await {
+            match self
+                .adapters
+                .engine
+                .embed_with(text, max_tokens, trace)
+                .await
+            {
                 Ok(v) => {
                     self.engine_breaker.success();
                     self.metrics.inc(names::ENGINE_EMBEDS);
@@ -529,7 +614,7 @@ impl<P: Ports> Pipeline<P> {
                 }
             }
         };
-        let r = self.embed_backend(text, model, trace).await;
+        let r = self.embed_backend(text, model, max_tokens, trace).await;
         self.update_breaker_gauges();
         match r {
             Ok(v) => Ok((v, ResultSource::Backend)),
@@ -543,7 +628,13 @@ impl<P: Ports> Pipeline<P> {
         }
     }
 
-    async fn embed_backend(&self, text: &str, model: &str, trace: &str) -> Result<Vec<f32>> {
+    async fn embed_backend(
+        &self,
+        text: &str,
+        model: &str,
+        max_tokens: Option<u32>,
+        trace: &str,
+    ) -> Result<Vec<f32>> {
         let now = self.adapters.clock.now_ms();
         if let Some(m) = self.adapters.backend.model_id() {
             if m != model {
@@ -566,7 +657,12 @@ impl<P: Ports> Pipeline<P> {
             )));
         }
         self.metrics.inc(names::BACKEND_CALLS);
-        match self.adapters.backend.embed(text, trace).await {
+        match self
+            .adapters
+            .backend
+            .embed_with(text, max_tokens, trace)
+            .await
+        {
             Ok(v) => {
                 self.backend_breaker.success();
                 if let Some(m) = self.adapters.backend.model_id() {

@@ -6,9 +6,10 @@
 //! `traceparent` header value and sends it.
 #![allow(async_fn_in_trait)]
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::protocol::{
     AckRequest, CacheEntry, CachePut, ClaimedJob, Lease, LockGrant, NackRequest, NackResponse,
+    TextInfo,
 };
 
 /// Time: the wall clock in Unix milliseconds, and a way to wait.
@@ -114,6 +115,32 @@ pub trait Embedder {
     fn model_id(&self) -> Option<String>;
     /// Embeds one text.
     async fn embed(&self, text: &str, trace: &str) -> Result<Vec<f32>>;
+    /// Embeds at most `max_tokens` word pieces of `text` (`None`: the whole text, as
+    /// [`Embedder::embed`]). The default can only embed whole texts.
+    async fn embed_with(
+        &self,
+        text: &str,
+        max_tokens: Option<u32>,
+        trace: &str,
+    ) -> Result<Vec<f32>> {
+        match max_tokens {
+            None => self.embed(text, trace).await,
+            Some(_) => Err(Error::Engine(
+                "this embedder cannot embed part of a text".into(),
+            )),
+        }
+    }
+    /// Whether [`Embedder::embed_with`] can embed part of a text now (the pipeline sends a cut
+    /// text elsewhere when not, without counting it as this embedder's failure).
+    fn cuts(&self) -> bool {
+        false
+    }
+    /// What embedding `text` with `max_tokens` covers (tokenizing only, no forward pass); `None`
+    /// where this embedder cannot say without embedding (the backend, an engine not loaded).
+    async fn info(&self, text: &str, max_tokens: Option<u32>) -> Option<TextInfo> {
+        let _ = (text, max_tokens);
+        None
+    }
 }
 
 /// What wakes an idle worker: the SSE stream's `jobs` events, or a watchdog timeout so a silent

@@ -426,8 +426,18 @@ impl<T: Transport> Embedder for ServerClient<T> {
     }
 
     async fn embed(&self, text: &str, trace: &str) -> Result<Vec<f32>> {
+        self.embed_with(text, None, trace).await
+    }
+
+    async fn embed_with(
+        &self,
+        text: &str,
+        max_tokens: Option<u32>,
+        trace: &str,
+    ) -> Result<Vec<f32>> {
         let body = EmbedRequest {
             texts: vec![text.to_owned()],
+            max_tokens,
         };
         let r: EmbedResponse = self.post("/v1/embed", &body, trace).await?.expect(None)?;
         *self.shared.backend_model.borrow_mut() = Some(r.model_id);

@@ -936,3 +936,100 @@ fn the_http_handler_answers_through_the_pipeline() {
     assert_eq!(down.status, 400, "{}", json(&down));
     assert!(json(&down)["error"]["code"].is_string());
 }
+
+#[test]
+fn a_text_cut_at_max_tokens_stays_out_of_the_shared_cache_and_says_so() {
+    use ternflow_core::http_handler::respond;
+    let rig = Rig::new();
+    let p = rig.pipeline(Config::default());
+    let json = |r: &ternflow_core::http_handler::Reply| -> serde_json::Value {
+        serde_json::from_slice(&r.body).unwrap()
+    };
+    let long = "one two three four five six";
+    let body = serde_json::json!({"texts": [long, "one two"], "maxTokens": 3}).to_string();
+    let r = rig.clock.run(respond(&p, "POST", body.as_bytes()));
+    assert_eq!(r.status, 200, "{}", json(&r));
+    let v = json(&r);
+    assert_eq!(v["sources"], serde_json::json!(["engine", "engine"]));
+    assert_eq!(
+        v["info"],
+        serde_json::json!([
+            {"tokens": 3, "chunks": 1, "truncated": true},
+            {"tokens": 2, "chunks": 1, "truncated": false},
+        ])
+    );
+    let cut: Vec<f32> = serde_json::from_value(v["vectors"][0].clone()).unwrap();
+    assert_eq!(cut, FakeEmbedder::vector_cut(long, 3));
+    assert_ne!(cut, FakeEmbedder::vector_for(long));
+    // The cut vector is not the text's embedding: local only, under a key of its own; the text
+    // within the limit took the usual path (its vector is the whole text's, shared).
+    assert!(rig.server.cache_entry(&cache_key(MODEL, long)).is_none());
+    assert!(rig
+        .local
+        .contains(&format!("{}.t3", cache_key(MODEL, long))));
+    assert!(!rig.local.contains(&cache_key(MODEL, long)));
+    assert!(rig
+        .server
+        .cache_entry(&cache_key(MODEL, "one two"))
+        .is_some());
+
+    // Again: both from the local cache, described the same (counted, not remembered); the
+    // whole text is embedded afresh, not served the cut vector.
+    let again = json(&rig.clock.run(respond(&p, "POST", body.as_bytes())));
+    assert_eq!(again["sources"], serde_json::json!(["local", "local"]));
+    assert_eq!(again["info"], v["info"]);
+    let whole = json(
+        &rig.clock.run(respond(
+            &p,
+            "POST",
+            serde_json::json!({ "texts": [long] })
+                .to_string()
+                .as_bytes(),
+        )),
+    );
+    assert_eq!(whole["sources"], serde_json::json!(["engine"]));
+    assert_eq!(
+        whole["info"],
+        serde_json::json!([{"tokens": 6, "chunks": 1, "truncated": false}])
+    );
+    let w: Vec<f32> = serde_json::from_value(whole["vectors"][0].clone()).unwrap();
+    assert_eq!(w, FakeEmbedder::vector_for(long));
+}
+
+#[test]
+fn a_cut_text_the_engine_cannot_count_goes_to_the_backend_with_its_limit() {
+    let rig = Rig::new();
+    let unloaded = FakeEmbedder::new(None, rig.clock.clone());
+    let p: Pipeline<Mem> = Pipeline::new(
+        Adapters {
+            source: rig.server.clone(),
+            local: rig.local.clone(),
+            remote: rig.server.clone(),
+            locks: rig.server.clone(),
+            engine: unloaded,
+            backend: rig.backend.clone(),
+            clock: rig.clock.clone(),
+        },
+        Config::default(),
+    );
+    let texts = vec!["a b c d".to_owned()];
+    let r = rig
+        .clock
+        .run(p.resolve_many_with(&texts, Some(MODEL), Some(2), |_, _| {}));
+    let r = r.into_iter().next().unwrap().unwrap();
+    assert_eq!(r.source, ResultSource::Backend);
+    assert_eq!(r.vector, FakeEmbedder::vector_cut("a b c d", 2));
+    assert_eq!(
+        p.metrics.counter(names::ENGINE_ERRORS),
+        0,
+        "not the engine's failure"
+    );
+    assert!(rig
+        .server
+        .cache_entry(&cache_key(MODEL, "a b c d"))
+        .is_none());
+    assert!(rig
+        .clock
+        .run(p.text_info("a b c d", MODEL, Some(2)))
+        .is_none());
+}

@@ -161,26 +161,8 @@ impl Engine {
     /// When `out` is shorter than [`Engine::output_dim`].
     pub fn embed_with(&mut self, text: &str, options: EmbedOptions, out: &mut [f32]) -> EmbedInfo {
         assert!(out.len() >= self.output_dim(), "output buffer too short");
-        let width = usize::from(self.weights.config.max_seq_len)
-            .saturating_sub(2)
-            .max(1);
-        // One id past the limit tells whether the text went on.
-        let limit = options
-            .max_tokens
-            .map_or(usize::MAX, |m| m.saturating_add(3));
-        self.tokenizer
-            .encode_into(text, limit, &mut self.norm, &mut self.ids);
-        let mut content = self.ids.len() - 2;
-        let truncated = match options.max_tokens {
-            Some(m) if content > m => {
-                let sep = self.ids[content + 1];
-                self.ids.truncate(m + 1);
-                self.ids.push(sep);
-                content = m;
-                true
-            }
-            _ => false,
-        };
+        let width = self.window_width();
+        let (content, truncated) = self.encode(text, options);
         if content <= width {
             forward(
                 &self.weights,
@@ -219,6 +201,45 @@ impl Engine {
             tokens: content,
             chunks,
             truncated,
+        }
+    }
+
+    /// What [`Engine::embed_with`] would cover of `text` with `options`, from its word pieces
+    /// alone (no forward pass): a cached vector's text is described without embedding it again.
+    pub fn info(&mut self, text: &str, options: EmbedOptions) -> EmbedInfo {
+        let (content, truncated) = self.encode(text, options);
+        EmbedInfo {
+            tokens: content,
+            chunks: content.div_ceil(self.window_width()).max(1),
+            truncated,
+        }
+    }
+
+    /// Content ids one forward pass takes (`max_seq_len` less `[CLS]` and `[SEP]`).
+    fn window_width(&self) -> usize {
+        usize::from(self.weights.config.max_seq_len)
+            .saturating_sub(2)
+            .max(1)
+    }
+
+    /// Tokenizes `text` into `self.ids` (`[CLS] … [SEP]`, cut at `options.max_tokens` content
+    /// ids): the content ids kept, and whether any were dropped.
+    fn encode(&mut self, text: &str, options: EmbedOptions) -> (usize, bool) {
+        // One id past the limit tells whether the text went on.
+        let limit = options
+            .max_tokens
+            .map_or(usize::MAX, |m| m.saturating_add(3));
+        self.tokenizer
+            .encode_into(text, limit, &mut self.norm, &mut self.ids);
+        let content = self.ids.len() - 2;
+        match options.max_tokens {
+            Some(m) if content > m => {
+                let sep = self.ids[content + 1];
+                self.ids.truncate(m + 1);
+                self.ids.push(sep);
+                (m, true)
+            }
+            _ => (content, false),
         }
     }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
+use ternflow_core::protocol::TextInfo;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, Result};
@@ -30,7 +31,22 @@ pub trait Embedder: Send + Sync + 'static {
     /// # Errors
     /// A message when inference fails.
     fn embed_batch(&self, texts: &[String]) -> std::result::Result<Vec<Vec<f32>>, String>;
+
+    /// One vector per text, embedding at most `max_tokens` word pieces of each (`None`: whole),
+    /// with what each covers where the embedder can say. The default embeds whole texts only.
+    ///
+    /// # Errors
+    /// A message when inference fails, or a cut is asked of an embedder that cannot cut.
+    fn embed_batch_with(&self, texts: &[String], max_tokens: Option<u32>) -> Embedded {
+        match max_tokens {
+            None => self.embed_batch(texts).map(|v| (v, None)),
+            Some(_) => Err("this embedder embeds whole texts only".to_owned()),
+        }
+    }
 }
+
+/// Vectors in order, and what each covers of its text when the embedder says.
+pub type Embedded = std::result::Result<(Vec<Vec<f32>>, Option<Vec<TextInfo>>), String>;
 
 /// The Ternlight engine, loaded from a TERN v1 model file.
 pub struct EngineEmbedder {
@@ -82,6 +98,30 @@ impl Embedder for EngineEmbedder {
             .map_err(|_| "engine poisoned by an earlier panic".to_owned())?;
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         Ok(engine.embed_batch(&refs))
+    }
+
+    fn embed_batch_with(&self, texts: &[String], max_tokens: Option<u32>) -> Embedded {
+        let mut engine = self
+            .engine
+            .lock()
+            .map_err(|_| "engine poisoned by an earlier panic".to_owned())?;
+        let options = ternflow_engine::EmbedOptions {
+            max_tokens: max_tokens.map(|m| m as usize),
+        };
+        let dim = engine.output_dim();
+        let mut vectors = Vec::with_capacity(texts.len());
+        let mut info = Vec::with_capacity(texts.len());
+        for t in texts {
+            let mut v = vec![0.0; dim];
+            let i = engine.embed_with(t, options, &mut v);
+            vectors.push(v);
+            info.push(TextInfo {
+                tokens: u32::try_from(i.tokens).unwrap_or(u32::MAX),
+                chunks: u32::try_from(i.chunks).unwrap_or(u32::MAX),
+                truncated: i.truncated,
+            });
+        }
+        Ok((vectors, Some(info)))
     }
 }
 
@@ -174,25 +214,25 @@ fn lower_priority(nice: i32) {
     }
 }
 
-type EngineOut = (std::result::Result<Vec<Vec<f32>>, String>, u64);
+type EngineOut = (Embedded, u64);
 
 /// The engine's own thread: one batch at a time, at a lowered priority, its CPU time measured.
 struct EngineThread {
-    calls: std::sync::mpsc::Sender<(Vec<String>, oneshot::Sender<EngineOut>)>,
+    calls: std::sync::mpsc::Sender<EngineCall>,
 }
 
 impl EngineThread {
     fn start(embedder: Arc<dyn Embedder>, nice: i32) -> Self {
-        let (calls, rx) = std::sync::mpsc::channel::<(Vec<String>, oneshot::Sender<EngineOut>)>();
+        let (calls, rx) = std::sync::mpsc::channel::<EngineCall>();
         let spawned = std::thread::Builder::new()
             .name("ternflow-engine".to_owned())
             .spawn(move || {
                 lower_priority(nice);
-                for (texts, reply) in rx {
+                for (texts, max_tokens, reply) in rx {
                     let cpu0 = thread_cpu_us();
                     // A panic fails this batch, not the thread (and every later batch).
                     let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        embedder.embed_batch(&texts)
+                        embedder.embed_batch_with(&texts, max_tokens)
                     }))
                     .unwrap_or_else(|_| Err("the engine panicked on this batch".to_owned()));
                     let _ = reply.send((out, thread_cpu_us().saturating_sub(cpu0)));
@@ -206,9 +246,9 @@ impl EngineThread {
     }
 
     /// Runs one batch; an error when the thread is gone.
-    async fn run(&self, texts: Vec<String>) -> EngineOut {
+    async fn run(&self, texts: Vec<String>, max_tokens: Option<u32>) -> EngineOut {
         let (tx, rx) = oneshot::channel();
-        if self.calls.send((texts, tx)).is_err() {
+        if self.calls.send((texts, max_tokens, tx)).is_err() {
             return (Err("the engine thread is not running".to_owned()), 0);
         }
         rx.await
@@ -216,9 +256,14 @@ impl EngineThread {
     }
 }
 
+/// One engine call: texts, their word-piece limit, where the answer goes.
+type EngineCall = (Vec<String>, Option<u32>, oneshot::Sender<EngineOut>);
+
 struct Pending {
     texts: Vec<String>,
-    reply: oneshot::Sender<std::result::Result<Vec<Vec<f32>>, String>>,
+    /// Word pieces to embed of each text at most (`None`: whole); one batch shares one limit.
+    max_tokens: Option<u32>,
+    reply: oneshot::Sender<Embedded>,
     /// Recomputing workers' results (its share of the engine's time is counted apart).
     verify: bool,
 }
@@ -255,21 +300,35 @@ impl Batcher {
         let dim = embedder.dim();
         let engine = EngineThread::start(embedder, nice);
         tokio::spawn(async move {
-            while let Some(first) = rx.recv().await {
+            // A request with another word-piece limit than the batch's starts the next batch.
+            let mut next: Option<Pending> = None;
+            loop {
+                let first = match next.take() {
+                    Some(p) => p,
+                    None => match rx.recv().await {
+                        Some(p) => p,
+                        None => break,
+                    },
+                };
                 let mut n = first.texts.len();
+                let max_tokens = first.max_tokens;
                 let mut batch = vec![first];
                 while n < max_batch {
                     match rx.try_recv() {
-                        Ok(p) => {
+                        Ok(p) if p.max_tokens == max_tokens => {
                             n += p.texts.len();
                             batch.push(p);
+                        }
+                        Ok(p) => {
+                            next = Some(p);
+                            break;
                         }
                         Err(_) => break,
                     }
                 }
                 let texts: Vec<String> = batch.iter().flat_map(|p| p.texts.clone()).collect();
                 let started = Instant::now();
-                let (out, cpu_us) = engine.run(texts).await;
+                let (out, cpu_us) = engine.run(texts, max_tokens).await;
                 let took = started.elapsed();
                 metrics.observe_embed(took.as_secs_f64() * 1_000.0);
                 // The engine time of the batch, shared out by texts: verification's part.
@@ -283,14 +342,19 @@ impl Batcher {
                     metrics.add(|c| &c.verify_micros, us);
                 }
                 match out {
-                    Ok(vectors) if vectors.len() == n => {
+                    Ok((vectors, info))
+                        if vectors.len() == n && info.as_ref().is_none_or(|i| i.len() == n) =>
+                    {
                         let mut it = vectors.into_iter();
+                        let mut info = info.map(Vec::into_iter);
                         for p in batch {
-                            let mine: Vec<Vec<f32>> = it.by_ref().take(p.texts.len()).collect();
-                            let _ = p.reply.send(Ok(mine));
+                            let k = p.texts.len();
+                            let mine: Vec<Vec<f32>> = it.by_ref().take(k).collect();
+                            let said = info.as_mut().map(|i| i.by_ref().take(k).collect());
+                            let _ = p.reply.send(Ok((mine, said)));
                         }
                     }
-                    Ok(v) => {
+                    Ok((v, _)) => {
                         let msg = format!("engine returned {} vectors for {n} texts", v.len());
                         for p in batch {
                             let _ = p.reply.send(Err(msg.clone()));
@@ -323,7 +387,20 @@ impl Batcher {
     /// [`Error::TooManyRequests`] when the queue is full; [`Error::Unavailable`] when inference
     /// failed.
     pub async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
-        self.embed_for(texts, false).await
+        Ok(self.embed_for(texts, None, false).await?.0)
+    }
+
+    /// [`Batcher::embed`] of at most `max_tokens` word pieces of each text (`None`: whole), with
+    /// what each vector covers where the embedder says.
+    ///
+    /// # Errors
+    /// As [`Batcher::embed`].
+    pub async fn embed_with(
+        &self,
+        texts: Vec<String>,
+        max_tokens: Option<u32>,
+    ) -> Result<(Vec<Vec<f32>>, Option<Vec<TextInfo>>)> {
+        self.embed_for(texts, max_tokens, false).await
     }
 
     /// [`Batcher::embed`] for recomputing workers' results: the engine time it takes is counted
@@ -332,14 +409,20 @@ impl Batcher {
     /// # Errors
     /// As [`Batcher::embed`].
     pub async fn embed_to_verify(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
-        self.embed_for(texts, true).await
+        Ok(self.embed_for(texts, None, true).await?.0)
     }
 
-    async fn embed_for(&self, texts: Vec<String>, verify: bool) -> Result<Vec<Vec<f32>>> {
+    async fn embed_for(
+        &self,
+        texts: Vec<String>,
+        max_tokens: Option<u32>,
+        verify: bool,
+    ) -> Result<(Vec<Vec<f32>>, Option<Vec<TextInfo>>)> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .try_send(Pending {
                 texts,
+                max_tokens,
                 reply,
                 verify,
             })

@@ -3,6 +3,7 @@
 //! server's `POST /v1/embed`. Portable.
 
 use ternflow_core::ports::Embedder;
+use ternflow_core::protocol::TextInfo;
 use ternflow_core::{Error, Result};
 
 /// The engine slot: empty until a model is loaded (always empty in a backend-only build).
@@ -64,5 +65,70 @@ impl Embedder for InWasmEngine {
             let _ = text;
             Err(Error::Engine("backend-only build: no engine".into()))
         }
+    }
+
+    fn cuts(&self) -> bool {
+        #[cfg(feature = "engine")]
+        {
+            self.slot.borrow().is_some()
+        }
+        #[cfg(not(feature = "engine"))]
+        {
+            false
+        }
+    }
+
+    async fn embed_with(
+        &self,
+        text: &str,
+        max_tokens: Option<u32>,
+        trace: &str,
+    ) -> Result<Vec<f32>> {
+        #[cfg(feature = "engine")]
+        {
+            let _ = trace;
+            self.slot
+                .borrow_mut()
+                .as_mut()
+                .map(|e| {
+                    let mut v = vec![0.0; e.output_dim()];
+                    e.embed_with(text, options(max_tokens), &mut v);
+                    v
+                })
+                .ok_or_else(|| Error::Engine("no model loaded".into()))
+        }
+        #[cfg(not(feature = "engine"))]
+        {
+            let _ = (max_tokens, trace);
+            self.embed(text, "").await
+        }
+    }
+
+    async fn info(&self, text: &str, max_tokens: Option<u32>) -> Option<TextInfo> {
+        #[cfg(feature = "engine")]
+        {
+            let i = self
+                .slot
+                .borrow_mut()
+                .as_mut()?
+                .info(text, options(max_tokens));
+            Some(TextInfo {
+                tokens: u32::try_from(i.tokens).unwrap_or(u32::MAX),
+                chunks: u32::try_from(i.chunks).unwrap_or(u32::MAX),
+                truncated: i.truncated,
+            })
+        }
+        #[cfg(not(feature = "engine"))]
+        {
+            let _ = (text, max_tokens);
+            None
+        }
+    }
+}
+
+#[cfg(feature = "engine")]
+fn options(max_tokens: Option<u32>) -> ternflow_engine::EmbedOptions {
+    ternflow_engine::EmbedOptions {
+        max_tokens: max_tokens.map(|m| m as usize),
     }
 }

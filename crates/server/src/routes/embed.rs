@@ -38,6 +38,12 @@ pub(crate) async fn embed(
             format!("at most {} texts per request", cfg.max_embed_texts),
         ));
     }
+    if req.max_tokens == Some(0) {
+        return Err(Error::bad_request(
+            ErrorCode::BadRequest,
+            "max_tokens must be at least 1",
+        ));
+    }
     if req.texts.iter().any(|t| t.len() > cfg.max_text_bytes) {
         return Err(Error::too_large(
             ErrorCode::TextTooLong,
@@ -53,7 +59,7 @@ pub(crate) async fn embed(
     }
     let n = req.texts.len() as u64;
     let started = Instant::now();
-    let vectors = match batcher.embed(req.texts).await {
+    let (vectors, info) = match batcher.embed_with(req.texts, req.max_tokens).await {
         Ok(v) => v,
         Err(e @ Error::TooManyRequests { .. }) => {
             state.metrics.add(|c| &c.embed_rejected, 1);
@@ -73,5 +79,6 @@ pub(crate) async fn embed(
     Ok(Json(EmbedResponse {
         model_id: batcher.model_id().to_owned(),
         vectors: vectors.into_iter().map(Vector).collect(),
+        info: info.unwrap_or_default(),
     }))
 }

@@ -87,6 +87,7 @@ fn components() -> Vec<Component> {
         "Stats" => p::Stats,
         "StatusList" => p::StatusList,
         "StatusRequest" => p::StatusRequest,
+        "TextInfo" => p::TextInfo,
         "WorkerMetricsPush" => p::WorkerMetrics,
         "WorkerMetrics" => p::WorkerMetrics,
     ]

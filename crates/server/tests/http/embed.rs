@@ -132,6 +132,50 @@ async fn embed_with_the_real_engine() {
             ternflow_core::codec::decode_vector(r.json["vectors"][i].as_str().unwrap()).unwrap();
         assert_eq!(got, reference.embed(text), "{text}");
     }
+    // What each vector covers, and max_tokens (either spelling) cutting a text: the same vector
+    // and the same account as the engine's own embed_with.
+    let long = "ternary weights and int8 activations ".repeat(40);
+    for (key, max) in [
+        ("max_tokens", Some(7usize)),
+        ("maxTokens", Some(7)),
+        ("none", None),
+    ] {
+        let mut body = json!({"texts": [long, "Hello, world!"]});
+        if let Some(m) = max {
+            body[key] = json!(m);
+        }
+        let r = api.post(Some(WORKER), "/v1/embed", body).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        for (i, text) in [long.as_str(), "Hello, world!"].iter().enumerate() {
+            let mut want = vec![0.0; reference.output_dim()];
+            let info = reference.embed_with(
+                text,
+                ternflow_engine::EmbedOptions { max_tokens: max },
+                &mut want,
+            );
+            let got = ternflow_core::codec::decode_vector(r.json["vectors"][i].as_str().unwrap())
+                .unwrap();
+            assert_eq!(got, want, "{key} {text}");
+            assert_eq!(
+                r.json["info"][i],
+                json!({"tokens": info.tokens, "chunks": info.chunks, "truncated": info.truncated}),
+                "{key} {text}"
+            );
+        }
+        let long_info = &r.json["info"][0];
+        assert_eq!(long_info["truncated"], max.is_some(), "{key}: {long_info}");
+        if max.is_none() {
+            assert!(long_info["chunks"].as_u64().unwrap() > 1, "{long_info}");
+        }
+    }
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/embed",
+            json!({"texts": ["a"], "max_tokens": 0}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
     // Jobs without a model_id get the server's, and their ids hash it.
     let r = api.enqueue(json!({"text": "x"})).await;
     assert_eq!(
