@@ -291,6 +291,34 @@ fn native(texts: &[String]) -> Vec<Vec<f32>> {
         .collect()
 }
 
+/// `ternflow embed --info [--max-tokens N]` of `texts`: per text `{"vector", "tokens", "chunks",
+/// "truncated"}`.
+fn native_info(texts: &[String], max_tokens: Option<u32>) -> Vec<Value> {
+    use std::io::Write;
+    let mut cmd = ternflow();
+    cmd.arg("embed").arg("--info").arg("--model").arg(model());
+    if let Some(m) = max_tokens {
+        cmd.arg("--max-tokens").arg(m.to_string());
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    for t in texts {
+        writeln!(input, "{t}").unwrap();
+    }
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 fn uniq(tag: &str, n: usize) -> Vec<String> {
     let salt = std::process::id();
     (0..n)
@@ -615,6 +643,29 @@ async fn the_http_handler_answers_vectors_and_a_cached_repeat(wasi: Wasi) {
     for (v, w) in first["vectors"].as_array().unwrap().iter().zip(&want) {
         let v: Vec<f32> = serde_json::from_value(v.clone()).unwrap();
         assert_eq!(&v, w, "the handler's vector is the engine's, bit for bit");
+    }
+    // maxTokens cuts a long text; info says what each vector covers, as `ternflow embed --info`.
+    let long = format!(
+        "{} {}",
+        texts[0],
+        "windows of word pieces pooled ".repeat(60)
+    );
+    for max in [None, Some(40)] {
+        let mut body = json!({"texts": [long, texts[1]]});
+        if let Some(m) = max {
+            body["maxTokens"] = json!(m);
+        }
+        let got: Value = post(body).await.unwrap().json().await.unwrap();
+        let want = native_info(&[long.clone(), texts[1].clone()], max);
+        for (i, w) in want.iter().enumerate() {
+            let v: Vec<f32> = serde_json::from_value(got["vectors"][i].clone()).unwrap();
+            let n: Vec<f32> = serde_json::from_value(w["vector"].clone()).unwrap();
+            assert_eq!(v, n, "{max:?} {i}: bit for bit");
+            for k in ["tokens", "chunks", "truncated"] {
+                assert_eq!(got["info"][i][k], w[k], "{max:?} {i} {k}: {got}");
+            }
+        }
+        assert_eq!(got["info"][0]["truncated"], json!(max.is_some()), "{got}");
     }
     // The repeat is answered from a cache: this instance's memory when the host reused the
     // instance (it says how many requests it served), else the server's remote cache, which the
