@@ -40,13 +40,18 @@ pub fn engine_handle(msg: JsValue) -> JsValue {
                 message: e.to_string(),
             },
         },
-        Ok(ToEngine::Embed { id, texts }) => {
+        Ok(ToEngine::Embed {
+            id,
+            texts,
+            max_tokens,
+        }) => {
+            let options = crate::engine_port::options(max_tokens);
             let vectors = ENGINE.with(|e| {
                 e.borrow_mut().as_mut().map(|engine| {
                     let dim = engine.output_dim();
                     let mut out = vec![0.0; texts.len() * dim];
                     for (t, slot) in texts.iter().zip(out.chunks_exact_mut(dim)) {
-                        engine.embed_into(t, slot);
+                        engine.embed_with(t, options, slot);
                     }
                     out
                 })
@@ -63,6 +68,27 @@ pub fn engine_handle(msg: JsValue) -> JsValue {
                 }
                 None => FromEngine::Broken {
                     message: "embed before any model was loaded".into(),
+                },
+            }
+        }
+        Ok(ToEngine::Count {
+            id,
+            texts,
+            max_tokens,
+        }) => {
+            let options = crate::engine_port::options(max_tokens);
+            let info = ENGINE.with(|e| {
+                e.borrow_mut().as_mut().map(|engine| {
+                    texts
+                        .iter()
+                        .map(|t| crate::engine_port::text_info(engine.info(t, options)))
+                        .collect()
+                })
+            });
+            match info {
+                Some(info) => FromEngine::Counted { id, info },
+                None => FromEngine::Broken {
+                    message: "count before any model was loaded".into(),
                 },
             }
         }

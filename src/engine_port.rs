@@ -212,38 +212,26 @@ impl Embedder for LocalEngine {
         self.slot.borrow().as_ref().map(|e| e.model_id().to_owned())
     }
 
-    async fn embed(&self, text: &str, _trace: &str) -> Result<Vec<f32>> {
-        if self.fail.get() {
-            return Err(Error::Engine("engine failing (test hook)".into()));
-        }
-        let worker = self.offload.borrow().as_ref().map(|o| o.worker.clone());
-        if let Some(w) = worker {
-            match w.embed(text).await {
-                Ok(v) => return Ok(v),
-                // Nothing is lost: the text is embedded here instead.
-                Err(gone) => self.take_back(&w, &gone)?,
-            }
-        }
-        self.with(|e| e.embed(text))
-            .ok_or_else(|| Error::Engine("no model loaded".into()))
+    async fn embed(&self, text: &str, trace: &str) -> Result<Vec<f32>> {
+        self.embed_with(text, None, trace).await
     }
 
     async fn embed_with(
         &self,
         text: &str,
         max_tokens: Option<u32>,
-        trace: &str,
+        _trace: &str,
     ) -> Result<Vec<f32>> {
-        if max_tokens.is_none() {
-            return self.embed(text, trace).await;
-        }
-        if !self.cuts() {
-            return Err(Error::Engine(
-                "the engine worker embeds whole texts only".into(),
-            ));
-        }
         if self.fail.get() {
             return Err(Error::Engine("engine failing (test hook)".into()));
+        }
+        let worker = self.offload.borrow().as_ref().map(|o| o.worker.clone());
+        if let Some(w) = worker {
+            match w.embed(text, max_tokens).await {
+                Ok(v) => return Ok(v),
+                // Nothing is lost: the text is embedded here instead.
+                Err(gone) => self.take_back(&w, &gone)?,
+            }
         }
         self.with(|e| {
             let mut v = vec![0.0; e.output_dim()];
@@ -253,24 +241,40 @@ impl Embedder for LocalEngine {
         .ok_or_else(|| Error::Engine("no model loaded".into()))
     }
 
-    /// The engine worker embeds whole texts only (a cut text goes to the backend), and cannot
-    /// count word pieces without a round trip: only an engine on this thread cuts and counts.
     fn cuts(&self) -> bool {
-        self.offload.borrow().is_none() && self.slot.borrow().is_some()
+        self.offload.borrow().is_some() || self.slot.borrow().is_some()
     }
 
-    async fn info(&self, text: &str, max_tokens: Option<u32>) -> Option<TextInfo> {
-        let i = self.with(|e| e.info(text, options(max_tokens)))?;
-        Some(TextInfo {
-            tokens: u32::try_from(i.tokens).unwrap_or(u32::MAX),
-            chunks: u32::try_from(i.chunks).unwrap_or(u32::MAX),
-            truncated: i.truncated,
+    async fn info(&self, texts: &[&str], max_tokens: Option<u32>) -> Option<Vec<TextInfo>> {
+        let worker = self.offload.borrow().as_ref().map(|o| o.worker.clone());
+        if let Some(w) = worker {
+            match w.count(texts, max_tokens).await {
+                Ok(info) => return Some(info),
+                // Counting is not worth moving the model for: the embeds that follow will.
+                Err(_) => return None,
+            }
+        }
+        self.with(|e| {
+            texts
+                .iter()
+                .map(|t| text_info(e.info(t, options(max_tokens))))
+                .collect()
         })
     }
 }
 
-fn options(max_tokens: Option<u32>) -> ternflow_engine::EmbedOptions {
+/// The engine's options for a word-piece limit.
+pub(crate) fn options(max_tokens: Option<u32>) -> ternflow_engine::EmbedOptions {
     ternflow_engine::EmbedOptions {
         max_tokens: max_tokens.map(|m| m as usize),
+    }
+}
+
+/// The engine's account of an embed as the protocol's.
+pub(crate) fn text_info(i: ternflow_engine::EmbedInfo) -> TextInfo {
+    TextInfo {
+        tokens: u32::try_from(i.tokens).unwrap_or(u32::MAX),
+        chunks: u32::try_from(i.chunks).unwrap_or(u32::MAX),
+        truncated: i.truncated,
     }
 }

@@ -25,6 +25,7 @@ use futures_util::future::{select, Either};
 use serde::Serialize;
 use ternflow_core::messages::{FromEngine, ToEngine};
 use ternflow_core::ports::Clock;
+use ternflow_core::protocol::TextInfo;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
@@ -72,9 +73,13 @@ pub struct Loaded {
 
 type VectorReply = oneshot::Sender<Result<Vec<f32>, Gone>>;
 
+/// A text asked for this turn: the text, its word-piece limit, where its vector goes.
+type Queued = (String, Option<u32>, VectorReply);
+
 enum Waiter {
     Load(oneshot::Sender<Result<Loaded, LoadError>>),
     Embed(Vec<VectorReply>),
+    Count(oneshot::Sender<Result<Vec<TextInfo>, Gone>>),
 }
 
 struct Inner {
@@ -82,7 +87,7 @@ struct Inner {
     next_id: Cell<u32>,
     waiting: RefCell<HashMap<u32, Waiter>>,
     /// Texts asked for in this turn, not yet posted.
-    queued: RefCell<Vec<(String, VectorReply)>>,
+    queued: RefCell<Vec<Queued>>,
     flush_scheduled: Cell<bool>,
     gone: RefCell<Option<Gone>>,
     dim: Cell<usize>,
@@ -143,11 +148,14 @@ impl Inner {
         // The first reason stands; whatever still waits (a late flush) is answered with it.
         let why = self.gone.borrow().clone().unwrap_or(why);
         let waiting: Vec<Waiter> = self.waiting.borrow_mut().drain().map(|(_, w)| w).collect();
-        let queued: Vec<(String, VectorReply)> = self.queued.borrow_mut().drain(..).collect();
+        let queued: Vec<Queued> = self.queued.borrow_mut().drain(..).collect();
         for w in waiting {
             match w {
                 Waiter::Load(tx) => {
                     let _ = tx.send(Err(LoadError::Gone(why.clone())));
+                }
+                Waiter::Count(tx) => {
+                    let _ = tx.send(Err(why.clone()));
                 }
                 Waiter::Embed(txs) => {
                     for tx in txs {
@@ -156,25 +164,40 @@ impl Inner {
                 }
             }
         }
-        for (_, tx) in queued {
+        for (_, _, tx) in queued {
             let _ = tx.send(Err(why.clone()));
         }
     }
 
-    /// Posts the texts queued this turn, [`TEXTS_PER_MESSAGE`] per message.
+    /// Posts the texts queued this turn, [`TEXTS_PER_MESSAGE`] per message (texts of one
+    /// word-piece limit in a message, in the order asked).
     fn flush(&self) {
         self.flush_scheduled.set(false);
         if let Some(g) = self.gone.borrow().clone() {
             self.kill(g);
             return;
         }
-        let queued: Vec<(String, VectorReply)> = self.queued.borrow_mut().drain(..).collect();
+        let queued: Vec<Queued> = self.queued.borrow_mut().drain(..).collect();
         let mut rest = queued.into_iter().peekable();
-        while rest.peek().is_some() {
-            let part: Vec<(String, VectorReply)> = rest.by_ref().take(TEXTS_PER_MESSAGE).collect();
-            let (texts, replies): (Vec<String>, Vec<VectorReply>) = part.into_iter().unzip();
+        while let Some((_, max_tokens, _)) = rest.peek() {
+            let max_tokens = *max_tokens;
+            let mut texts = Vec::new();
+            let mut replies = Vec::new();
+            while texts.len() < TEXTS_PER_MESSAGE {
+                match rest.next_if(|(_, m, _)| *m == max_tokens) {
+                    Some((t, _, tx)) => {
+                        texts.push(t);
+                        replies.push(tx);
+                    }
+                    None => break,
+                }
+            }
             let id = self.id();
-            let msg = to_js(&ToEngine::Embed { id, texts });
+            let msg = to_js(&ToEngine::Embed {
+                id,
+                texts,
+                max_tokens,
+            });
             self.expect(id, Waiter::Embed(replies));
             if let Err(g) = self.post(&msg, None) {
                 self.kill(g);
@@ -204,7 +227,9 @@ impl Inner {
                 self.memory_bytes.set(*memory_bytes);
                 (*id, self.waiting.borrow_mut().remove(id))
             }
-            FromEngine::Refused { id, .. } => (*id, self.waiting.borrow_mut().remove(id)),
+            FromEngine::Refused { id, .. } | FromEngine::Counted { id, .. } => {
+                (*id, self.waiting.borrow_mut().remove(id))
+            }
         };
         let Some(waiter) = waiter else {
             return;
@@ -241,6 +266,9 @@ impl Inner {
                 for (tx, v) in txs.into_iter().zip(all.chunks_exact(dim)) {
                     let _ = tx.send(Ok(v.to_vec()));
                 }
+            }
+            (FromEngine::Counted { info, .. }, Waiter::Count(tx)) => {
+                let _ = tx.send(Ok(info));
             }
             (other, _) => self.kill(Gone(format!("unexpected answer {other:?} to request {id}"))),
         }
@@ -390,22 +418,57 @@ impl EngineWorker {
         }
     }
 
-    /// The vector of `text` (L2-normalised, as the engine's own `embed`).
+    /// The vector of at most `max_tokens` word pieces of `text` (`None`: whole; L2-normalised, as
+    /// the engine's own `embed_with`).
     ///
     /// # Errors
     /// [`Gone`] when the worker cannot answer.
-    pub async fn embed(&self, text: &str) -> Result<Vec<f32>, Gone> {
+    pub async fn embed(&self, text: &str, max_tokens: Option<u32>) -> Result<Vec<f32>, Gone> {
         if let Some(g) = self.gone() {
             return Err(g);
         }
         let (tx, rx) = oneshot::channel();
-        self.inner.queued.borrow_mut().push((text.to_owned(), tx));
+        self.inner
+            .queued
+            .borrow_mut()
+            .push((text.to_owned(), max_tokens, tx));
         if !self.inner.flush_scheduled.replace(true) {
             let inner = self.inner.clone();
             // Runs once the current turn's other jobs have queued their texts too.
             wasm_bindgen_futures::spawn_local(async move { inner.flush() });
         }
         match answer(&self.inner, rx, "an embed").await {
+            Some(r) => r,
+            None => Err(self.gone().unwrap_or(Gone("stopped".into()))),
+        }
+    }
+
+    /// What embedding each of `texts` with `max_tokens` covers (one message; word pieces
+    /// counted, no forward pass).
+    ///
+    /// # Errors
+    /// [`Gone`] when the worker cannot answer.
+    pub async fn count(
+        &self,
+        texts: &[&str],
+        max_tokens: Option<u32>,
+    ) -> Result<Vec<TextInfo>, Gone> {
+        if let Some(g) = self.gone() {
+            return Err(g);
+        }
+        let id = self.inner.id();
+        let (tx, rx) = oneshot::channel();
+        self.inner.expect(id, Waiter::Count(tx));
+        let msg = to_js(&ToEngine::Count {
+            id,
+            texts: texts.iter().map(|t| (*t).to_owned()).collect(),
+            max_tokens,
+        });
+        if let Err(g) = self.inner.post(&msg, None) {
+            self.inner.kill(g.clone());
+            return Err(g);
+        }
+        match answer(&self.inner, rx, "a count").await {
             Some(r) => r,
             None => Err(self.gone().unwrap_or(Gone("stopped".into()))),
         }

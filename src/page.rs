@@ -50,7 +50,7 @@ pub(crate) fn error_to_js(id: u32, e: &WorkerError) -> JsValue {
     })
 }
 
-/// `Embedded` with one item per text: `{vector, source}`, or `{error: {code, message,
+/// `Embedded` with one item per text: `{vector, source, info?}`, or `{error: {code, message,
 /// retryable}}` for a text that failed (`settle`).
 pub(crate) fn items_to_js<'a>(
     id: u32,
@@ -75,6 +75,13 @@ pub(crate) fn items_to_js<'a>(
                     .and_then(|v| v.as_str().map(str::to_owned))
                     .unwrap_or_default();
                 set(&o, "source", &JsValue::from_str(&source));
+                if let Some(i) = e.info {
+                    let info = js_sys::Object::new();
+                    set(&info, "tokens", &JsValue::from(i.tokens));
+                    set(&info, "chunks", &JsValue::from(i.chunks));
+                    set(&info, "truncated", &JsValue::from_bool(i.truncated));
+                    set(&o, "info", &info.into());
+                }
             }
             Err(e) => {
                 let err = js_sys::Object::new();

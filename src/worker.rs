@@ -43,10 +43,11 @@ pub async fn handle(data: JsValue) -> JsValue {
         texts,
         progress,
         settle: true,
+        max_tokens,
         ..
     } = &msg
     {
-        return match embed_texts(id, texts, *progress, true).await {
+        return match embed_texts(id, texts, *progress, true, *max_tokens).await {
             Ok(items) => items_to_js(id, items.iter().map(Result::as_ref)),
             Err(e) => error_to_js(id, &e),
         };
@@ -65,7 +66,13 @@ async fn embed_texts(
     texts: &[String],
     progress: bool,
     settle: bool,
+    max_tokens: Option<u32>,
 ) -> Result<Vec<Result<Embedding, WorkerError>>, WorkerError> {
+    if max_tokens == Some(0) {
+        return Err(WorkerError::BadMessage(
+            "maxTokens must be at least 1".into(),
+        ));
+    }
     let p = pipeline()?;
     let cancel = cancel::register(id);
     let mut items = Vec::with_capacity(texts.len());
@@ -77,18 +84,29 @@ async fn embed_texts(
         cancel.check(&format!("embed after {done} of {total} texts"))?;
         let mut finished = done as u64;
         let results = p
-            .resolve_many(part, None, |_, _| {
+            .resolve_many_with(part, None, max_tokens, |_, _| {
                 finished += 1;
                 if progress {
                     post_progress(id, "embed", finished, Some(total as u64));
                 }
             })
             .await;
-        for r in results {
+        // What each vector covers, counted by the engine in one request for the chunk (a cached
+        // vector's text is counted again, not remembered).
+        let model = results.iter().flatten().next().map(|r| r.model_id.clone());
+        let counted = match model {
+            Some(m) => {
+                let texts: Vec<&str> = part.iter().map(String::as_str).collect();
+                p.texts_info(&texts, &m, max_tokens).await
+            }
+            None => None,
+        };
+        for (i, r) in results.into_iter().enumerate() {
             match r {
                 Ok(r) => items.push(Ok(Embedding {
                     vector: r.vector,
                     source: r.source,
+                    info: counted.as_ref().and_then(|c| c.get(i).copied()),
                 })),
                 Err(e) if settle => items.push(Err(WorkerError::Core(e))),
                 Err(e) => return Err(e.into()),
@@ -194,8 +212,9 @@ async fn dispatch(msg: ToWorker) -> Result<FromWorker, WorkerError> {
             texts,
             progress,
             settle: _,
+            max_tokens,
         } => {
-            let embeddings = embed_texts(id, &texts, progress, false)
+            let embeddings = embed_texts(id, &texts, progress, false, max_tokens)
                 .await?
                 .into_iter()
                 .collect::<Result<Vec<_>, _>>()?;

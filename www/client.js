@@ -214,18 +214,23 @@ export class EmbeddingWorker extends EventTarget {
   }
 
   /**
-   * Like embedMany, with where each vector came from (`local`, `remote`, `engine`, `backend`);
-   * with `settle: true` a text that failed is `{ error: TernflowError }`.
+   * Like embedMany, with where each vector came from (`local`, `remote`, `engine`, `backend`)
+   * and what it covers of its text (`info: { tokens, chunks, truncated }`, when the engine runs
+   * the model); with `settle: true` a text that failed is `{ error: TernflowError }`.
+   * `maxTokens` cuts each text at that many word pieces (default: whole texts).
    */
-  async embedDetailed(texts, { signal, onProgress, settle = false } = {}) {
+  async embedDetailed(texts, { signal, onProgress, settle = false, maxTokens } = {}) {
     await this.ready;
-    const r = await this.#request({ type: "embed", texts, settle }, { signal, onProgress, what: "embed" });
+    const msg = { type: "embed", texts, settle };
+    if (maxTokens !== undefined) msg.maxTokens = maxTokens;
+    const r = await this.#request(msg, { signal, onProgress, what: "embed" });
     return r.embeddings.map((e) =>
       e.error
         ? { error: new TernflowError(e.error.code, e.error.message, { retryable: e.error.retryable }) }
         : {
             vector: e.vector instanceof Float32Array ? e.vector : Float32Array.from(e.vector),
             source: e.source,
+            ...(e.info ? { info: e.info } : {}),
           },
     );
   }

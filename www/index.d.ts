@@ -123,7 +123,26 @@ export interface EmbedManyOptions {
   onProgress?: (p: Progress) => void;
   /** One result per text instead of failing whole (see `EmbedResult`). */
   settle?: boolean;
+  /**
+   * Word pieces to embed of each text at most (an integer ≥ 1). Default: each text whole (a
+   * forward per 126 word pieces, pooled). A cut vector is cached in this worker only, never in
+   * the shared cache.
+   */
+  maxTokens?: number;
 }
+
+/** What a vector covers of its text. */
+export interface TextInfo {
+  /** Word pieces embedded. */
+  tokens: number;
+  /** Forward passes pooled into the vector (1 for up to 126 word pieces). */
+  chunks: number;
+  /** Whether word pieces past `maxTokens` were dropped. */
+  truncated: boolean;
+}
+
+/** One text's vector, where it came from, and (when the engine runs the model) what it covers. */
+export type Detailed = { vector: Float32Array; source: Source; info?: TextInfo };
 
 /** One text's outcome of `embedMany(texts, { settle: true })`, like `Promise.allSettled`. */
 export type EmbedResult =
@@ -131,7 +150,7 @@ export type EmbedResult =
   | { status: "rejected"; reason: TernflowError };
 
 /** One text's outcome of `embedDetailed(texts, { settle: true })`. */
-export type DetailedResult = { vector: Float32Array; source: Source } | { error: TernflowError };
+export type DetailedResult = Detailed | { error: TernflowError };
 
 /**
  * An embedding worker running the ternflow wasm in a dedicated Web Worker. Every failure is a
@@ -149,10 +168,7 @@ export class EmbeddingWorker extends EventTarget {
   embedMany(texts: string[], options: EmbedManyOptions & { settle: true }): Promise<EmbedResult[]>;
   embedMany(texts: string[], options?: EmbedManyOptions & { settle?: false }): Promise<Float32Array[]>;
   embedDetailed(texts: string[], options: EmbedManyOptions & { settle: true }): Promise<DetailedResult[]>;
-  embedDetailed(
-    texts: string[],
-    options?: EmbedManyOptions & { settle?: false },
-  ): Promise<{ vector: Float32Array; source: Source }[]>;
+  embedDetailed(texts: string[], options?: EmbedManyOptions & { settle?: false }): Promise<Detailed[]>;
   similar(query: string, corpus: string[], options?: { topK?: number; signal?: AbortSignal }): Promise<SimilarHit[]>;
   start(options?: {
     server?: ServerOptions | string;

@@ -17,6 +17,13 @@ function checkHappyPath(r, engineInWorker = 1) {
   assert.match(r.modelId, /^[0-9a-f]{16}$/);
   assert.equal(r.dim, 384);
   assert.ok(Math.abs(r.norm - 1) < 1e-3, `unit vector, got ${r.norm}`);
+  assert.deepEqual(r.info, { tokens: 2, chunks: 1, truncated: false }, "hello world: 2 word pieces");
+  assert.ok(r.long.whole.chunks > 1 && r.long.whole.tokens > 126 && !r.long.whole.truncated, JSON.stringify(r.long));
+  assert.deepEqual(r.long.cut, { tokens: 16, chunks: 1, truncated: true });
+  // (the first two are "engine" on a page's first load: checked there)
+  assert.deepEqual(r.long.sources.slice(2), ["local", "local"], "the cut vector is cached apart from the whole one");
+  assert.ok(r.long.cutDiffers && r.long.againSame && r.long.wholeAgainSame, JSON.stringify(r.long));
+  assert.equal(r.zeroTokens, "bad_message");
   assert.equal(r.hits.length, 3);
   assert.equal(r.hits[0].text, "the kitten rests on the rug", JSON.stringify(r.hits));
   assert.equal(r.hits[0].sim, r.hits[0].score, "score is an alias of sim");
@@ -51,6 +58,7 @@ for (const [name, buildApp] of Object.entries(BUILDS)) {
         const first = await runPage(page, `${srv.url}/`);
         checkHappyPath(first);
         assert.equal(first.source, "engine");
+        assert.deepEqual(first.long.sources.slice(0, 2), ["engine", "engine"], "whole and cut each embedded once");
         const modelPath = new URL(first.cachedModels[0]).pathname;
         const fetched = srv.log.filter((p) => p === modelPath).length;
         assert.equal(fetched, 1, "downloaded once");

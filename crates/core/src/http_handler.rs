@@ -172,20 +172,26 @@ pub async fn respond<P: Ports>(pipeline: &Pipeline<P>, method: &str, body: &[u8]
         let results = pipeline
             .resolve_many_with(part, None, req.max_tokens, |_, _| {})
             .await;
-        for (text, r) in part.iter().zip(results) {
+        let mut model = None;
+        for r in results {
             match r {
                 Ok(r) => {
-                    // Counted, not remembered: a cached vector's text is counted again.
-                    let info = pipeline.text_info(text, &r.model_id, req.max_tokens).await;
-                    match (info, out.info.as_mut()) {
-                        (Some(i), Some(all)) => all.push(i),
-                        _ => out.info = None,
-                    }
+                    model = Some(r.model_id);
                     out.vectors.push(r.vector);
                     out.sources.push(r.source);
                 }
                 Err(e) => return failure(&e),
             }
+        }
+        // Counted, not remembered: a cached vector's text is counted again.
+        let texts: Vec<&str> = part.iter().map(String::as_str).collect();
+        let info = match model {
+            Some(m) => pipeline.texts_info(&texts, &m, req.max_tokens).await,
+            None => None,
+        };
+        match (info, out.info.as_mut()) {
+            (Some(i), Some(all)) => all.extend(i),
+            _ => out.info = None,
         }
     }
     answer(&out)

@@ -664,15 +664,22 @@ impl Embedder for FakeEmbedder {
     fn cuts(&self) -> bool {
         self.model.borrow().is_some()
     }
-    async fn info(&self, text: &str, max_tokens: Option<u32>) -> Option<crate::protocol::TextInfo> {
+    async fn info(
+        &self,
+        texts: &[&str],
+        max_tokens: Option<u32>,
+    ) -> Option<Vec<crate::protocol::TextInfo>> {
         self.model.borrow().as_ref()?;
-        let n = Self::words(text).len() as u32;
-        let tokens = max_tokens.map_or(n, |m| n.min(m));
-        Some(crate::protocol::TextInfo {
-            tokens,
-            chunks: tokens.div_ceil(126).max(1),
-            truncated: tokens < n,
-        })
+        let one = |text: &str| {
+            let n = Self::words(text).len() as u32;
+            let tokens = max_tokens.map_or(n, |m| n.min(m));
+            crate::protocol::TextInfo {
+                tokens,
+                chunks: tokens.div_ceil(126).max(1),
+                truncated: tokens < n,
+            }
+        };
+        Some(texts.iter().map(|t| one(t)).collect())
     }
     async fn embed(&self, text: &str, _trace: &str) -> Result<Vec<f32>> {
         self.calls.set(self.calls.get() + 1);

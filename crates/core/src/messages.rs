@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{ResultSource, WorkerMetrics};
+use crate::protocol::{ResultSource, TextInfo, WorkerMetrics};
 pub use crate::queue::claim_loop::RunSummary;
 
 /// Where the worker finds its server.
@@ -83,6 +83,10 @@ pub enum ToWorker {
         /// first failure failing the request.
         #[serde(default)]
         settle: bool,
+        /// Word pieces to embed of each text at most (absent: whole texts; see core's
+        /// `Pipeline::resolve_many_with` for where a cut vector is cached).
+        #[serde(default, rename = "maxTokens", skip_serializing_if = "Option::is_none")]
+        max_tokens: Option<u32>,
     },
     /// The page's `AbortSignal` fired for request `target` (no reply).
     Cancel {
@@ -129,6 +133,10 @@ pub struct Embedding {
     pub vector: Vec<f32>,
     /// Where it came from.
     pub source: ResultSource,
+    /// What the vector covers of its text (absent when the engine cannot say: not loaded, or
+    /// running another model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info: Option<TextInfo>,
 }
 
 /// A reply or an event from the worker.
@@ -246,6 +254,19 @@ pub enum ToEngine {
         id: u32,
         /// The texts.
         texts: Vec<String>,
+        /// Word pieces to embed of each at most (absent: whole texts).
+        #[serde(default, rename = "maxTokens", skip_serializing_if = "Option::is_none")]
+        max_tokens: Option<u32>,
+    },
+    /// Count what embedding texts would cover (word pieces only, no forward pass).
+    Count {
+        /// Request id.
+        id: u32,
+        /// The texts.
+        texts: Vec<String>,
+        /// As [`ToEngine::Embed`]'s.
+        #[serde(default, rename = "maxTokens", skip_serializing_if = "Option::is_none")]
+        max_tokens: Option<u32>,
     },
 }
 
@@ -283,6 +304,13 @@ pub enum FromEngine {
         /// The engine worker's wasm memory, bytes (0 when not reported).
         #[serde(default)]
         memory_bytes: f64,
+    },
+    /// `Count` done: one per text, in order.
+    Counted {
+        /// Request id.
+        id: u32,
+        /// What embedding each text covers.
+        info: Vec<TextInfo>,
     },
     /// The engine worker cannot go on (its wasm did not start, or trapped): every request it
     /// owes fails, and the model moves to the pipeline's thread.
@@ -340,7 +368,8 @@ mod tests {
                 id: 3,
                 texts: vec!["a".into()],
                 progress: true,
-                settle: true
+                settle: true,
+                max_tokens: None,
             }
         );
         let c: ToWorker = serde_json::from_value(json!({"type": "cancel", "target": 3})).unwrap();
@@ -375,7 +404,31 @@ mod tests {
             e,
             ToEngine::Embed {
                 id: 2,
-                texts: vec!["a".into()]
+                texts: vec!["a".into()],
+                max_tokens: None,
+            }
+        );
+        let c = ToEngine::Count {
+            id: 3,
+            texts: vec!["a".into()],
+            max_tokens: Some(9),
+        };
+        assert_eq!(
+            serde_json::to_value(&c).unwrap(),
+            json!({"type": "count", "id": 3, "texts": ["a"], "maxTokens": 9})
+        );
+        let n: FromEngine = serde_json::from_value(json!({"type": "counted", "id": 3,
+            "info": [{"tokens": 1, "chunks": 1, "truncated": false}]}))
+        .unwrap();
+        assert_eq!(
+            n,
+            FromEngine::Counted {
+                id: 3,
+                info: vec![TextInfo {
+                    tokens: 1,
+                    chunks: 1,
+                    truncated: false
+                }]
             }
         );
     }

@@ -286,8 +286,8 @@ impl<P: Ports> Pipeline<P> {
             })?,
         };
         if let Some(max) = max_tokens {
-            let cut = self.text_info(text, &model, Some(max)).await;
-            if cut.is_none_or(|i| i.truncated) {
+            let cut = self.texts_info(&[text], &model, Some(max)).await;
+            if cut.is_none_or(|i| i.first().is_none_or(|i| i.truncated)) {
                 return self.resolve_cut(text, model, max, trace).await;
             }
         }
@@ -359,18 +359,22 @@ impl<P: Ports> Pipeline<P> {
         result
     }
 
-    /// What embedding `text` under `model` with `max_tokens` covers: the engine's count when it
-    /// runs `model` (word pieces counted, nothing embedded), else `None`.
-    pub async fn text_info(
+    /// What embedding each of `texts` under `model` with `max_tokens` covers, in order: the
+    /// engine's count when it runs `model` (word pieces counted, nothing embedded), else `None`.
+    pub async fn texts_info(
         &self,
-        text: &str,
+        texts: &[&str],
         model: &str,
         max_tokens: Option<u32>,
-    ) -> Option<TextInfo> {
+    ) -> Option<Vec<TextInfo>> {
         if self.adapters.engine.model_id().as_deref() != Some(model) {
             return None;
         }
-        self.adapters.engine.info(text, max_tokens).await
+        self.adapters
+            .engine
+            .info(texts, max_tokens)
+            .await
+            .filter(|i| i.len() == texts.len())
     }
 
     /// A text cut at `max` word pieces: its vector is kept in the local cache only (see

@@ -135,10 +135,11 @@ pub trait Embedder {
     fn cuts(&self) -> bool {
         false
     }
-    /// What embedding `text` with `max_tokens` covers (tokenizing only, no forward pass); `None`
-    /// where this embedder cannot say without embedding (the backend, an engine not loaded).
-    async fn info(&self, text: &str, max_tokens: Option<u32>) -> Option<TextInfo> {
-        let _ = (text, max_tokens);
+    /// What embedding each of `texts` with `max_tokens` covers, in order (word pieces counted, no
+    /// forward pass); `None` where this embedder cannot say without embedding (the backend, an
+    /// engine not loaded).
+    async fn info(&self, texts: &[&str], max_tokens: Option<u32>) -> Option<Vec<TextInfo>> {
+        let _ = (texts, max_tokens);
         None
     }
 }

@@ -1030,6 +1030,6 @@ fn a_cut_text_the_engine_cannot_count_goes_to_the_backend_with_its_limit() {
         .is_none());
     assert!(rig
         .clock
-        .run(p.text_info("a b c d", MODEL, Some(2)))
+        .run(p.texts_info(&["a b c d"], MODEL, Some(2)))
         .is_none());
 }

@@ -104,23 +104,28 @@ impl Embedder for InWasmEngine {
         }
     }
 
-    async fn info(&self, text: &str, max_tokens: Option<u32>) -> Option<TextInfo> {
+    async fn info(&self, texts: &[&str], max_tokens: Option<u32>) -> Option<Vec<TextInfo>> {
         #[cfg(feature = "engine")]
         {
-            let i = self
-                .slot
-                .borrow_mut()
-                .as_mut()?
-                .info(text, options(max_tokens));
-            Some(TextInfo {
-                tokens: u32::try_from(i.tokens).unwrap_or(u32::MAX),
-                chunks: u32::try_from(i.chunks).unwrap_or(u32::MAX),
-                truncated: i.truncated,
-            })
+            let mut slot = self.slot.borrow_mut();
+            let e = slot.as_mut()?;
+            Some(
+                texts
+                    .iter()
+                    .map(|t| {
+                        let i = e.info(t, options(max_tokens));
+                        TextInfo {
+                            tokens: u32::try_from(i.tokens).unwrap_or(u32::MAX),
+                            chunks: u32::try_from(i.chunks).unwrap_or(u32::MAX),
+                            truncated: i.truncated,
+                        }
+                    })
+                    .collect(),
+            )
         }
         #[cfg(not(feature = "engine"))]
         {
-            let _ = (text, max_tokens);
+            let _ = (texts, max_tokens);
             None
         }
     }

@@ -26,6 +26,24 @@ async function run() {
     out.dim = d.vector.length;
     out.norm = Math.hypot(...d.vector);
     out.source = d.source;
+    out.info = d.info;
+    // A long text is embedded whole; maxTokens cuts it; info says what each vector covers (the
+    // engine counts, in its worker when it has one); the cut vector is cached apart.
+    const long = "windows of word pieces pooled into one vector ".repeat(30);
+    const [whole] = await w.embedDetailed([long]);
+    const [cut] = await w.embedDetailed([long], { maxTokens: 16 });
+    const [again] = await w.embedDetailed([long], { maxTokens: 16 });
+    const [wholeAgain] = await w.embedDetailed([long]);
+    const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
+    out.long = {
+      whole: whole.info,
+      cut: cut.info,
+      sources: [whole.source, cut.source, again.source, wholeAgain.source],
+      cutDiffers: !same(whole.vector, cut.vector),
+      againSame: same(again.vector, cut.vector),
+      wholeAgainSame: same(wholeAgain.vector, whole.vector),
+    };
+    out.zeroTokens = await w.embedDetailed(["x"], { maxTokens: 0 }).then(() => "resolved", (e) => e.code);
     // 1: the model runs in the engine worker (the bundler emitted engine-worker.js), 0: inline.
     out.engineInWorker = (await w.stats()).gauges.engine_in_worker;
     out.hits = await similar(
