@@ -31,9 +31,24 @@ impl AsRef<[u8]> for ModelFile {
     }
 }
 
-/// Shared server state. Cheap to clone.
+/// Shared server state: one reference count to clone. Axum clones the state for every request,
+/// once per layer that holds it; with each of its ~15 fields an `Arc`, those clones and drops
+/// were 5.5 % of `perf`'s samples over `ternflow bench-server` (gone from the profile now; the
+/// benchmark's jobs/s moved within this machine's noise).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What [`AppState`] shares.
+#[derive(Clone)]
+pub struct Shared {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) config: Arc<Config>,
     pub(crate) tokens: Arc<Tokens>,
@@ -56,7 +71,20 @@ pub struct AppState {
     shutdown: Arc<watch::Sender<bool>>,
 }
 
+impl AppState {
+    /// The shared state to change while building (copied once if already shared).
+    fn building(&mut self) -> &mut Shared {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
 impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AppState")
             .field("tenants", &self.tenants)
@@ -78,7 +106,7 @@ impl AppState {
             config.max_open_tenants,
             config.tenant_idle_ms,
         );
-        AppState {
+        AppState(Arc::new(Shared {
             clock: Arc::new(SystemClock),
             limits: Arc::new(Limits::new(&config)),
             series: Arc::new(Series::new(config.stats_samples)),
@@ -93,7 +121,7 @@ impl AppState {
             model_file: None,
             locks: Arc::default(),
             shutdown: Arc::new(shutdown),
-        }
+        }))
     }
 
     /// Every [`SWEEP_EVERY`], closes idle tenants, removes expired cache entries and locks
@@ -170,7 +198,7 @@ impl AppState {
 
     /// Accepts tokens signed with `keys` (short-lived, per tenant; see [`crate::jwt`]).
     pub fn with_keys(mut self, keys: Keys) -> Self {
-        self.keys = Arc::new(keys);
+        self.building().keys = Arc::new(keys);
         self
     }
 
@@ -182,26 +210,28 @@ impl AppState {
 
     /// Uses `clock` for every time decision (tests pass a [`crate::clock::FakeClock`]).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
+        self.building().clock = clock;
         self
     }
 
     /// Serves `POST /v1/embed` with `embedder`; its model id becomes the default for jobs.
     pub fn with_embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {
-        self.default_model_id = Arc::from(embedder.model_id());
-        self.embed = Some(Batcher::start(
-            embedder,
+        let batcher = Batcher::start(
+            embedder.clone(),
             self.config.embed_batch,
             self.config.embed_queue,
             self.config.engine_nice,
             self.metrics.clone(),
-        ));
+        );
+        let s = self.building();
+        s.default_model_id = Arc::from(embedder.model_id());
+        s.embed = Some(batcher);
         self
     }
 
     /// Serves `bytes` (the model file the embedder was loaded from) at `GET /v1/model`.
     pub fn with_model_file(mut self, bytes: Vec<u8>) -> Self {
-        self.model_file = Some(ModelFile(Arc::new(bytes)));
+        self.building().model_file = Some(ModelFile(Arc::new(bytes)));
         self
     }
 
