@@ -163,11 +163,11 @@ fn embed_finds_the_default_model_as_serve_does() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        c.stdin
-            .take()
-            .unwrap()
-            .write_all(b"a default model\n")
-            .unwrap();
+        // Where it finds no model it exits before reading: its stdin may be closed already.
+        let written = c.stdin.take().unwrap().write_all(b"a default model\n");
+        if let Err(e) = written {
+            assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
+        }
         c.wait_with_output().unwrap()
     };
     let out = embed(&repo());
