@@ -268,26 +268,9 @@ async fn all_done(base: &str, ids: &[String], secs: u64) {
 /// The engine's native vectors for `texts` (`ternflow embed`): the reference the component's
 /// must equal.
 fn native(texts: &[String]) -> Vec<Vec<f32>> {
-    use std::io::Write;
-    let mut child = ternflow()
-        .arg("embed")
-        .arg("--model")
-        .arg(model())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    for t in texts {
-        writeln!(input, "{t}").unwrap();
-    }
-    drop(input);
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+    native_info(texts, None)
+        .into_iter()
+        .map(|v| serde_json::from_value(v["vector"].clone()).unwrap())
         .collect()
 }
 

@@ -51,17 +51,21 @@ impl Rig {
     }
 
     fn pipeline_with_local(&self, cfg: Config, local: MemLocal) -> Pipeline<Mem> {
+        self.pipeline_with(Config { seed: 42, ..cfg }, local, self.engine.clone())
+    }
+
+    fn pipeline_with(&self, cfg: Config, local: MemLocal, engine: FakeEmbedder) -> Pipeline<Mem> {
         Pipeline::new(
             Adapters {
                 source: self.server.clone(),
                 local,
                 remote: self.server.clone(),
                 locks: self.server.clone(),
-                engine: self.engine.clone(),
+                engine,
                 backend: self.backend.clone(),
                 clock: self.clock.clone(),
             },
-            Config { seed: 42, ..cfg },
+            cfg,
         )
     }
 
@@ -165,18 +169,7 @@ fn resolve_many_answers_in_order_and_one_failure_fails_only_its_text() {
 fn engine_not_loaded_or_failing_falls_back_to_the_backend() {
     let rig = Rig::new();
     let unloaded = FakeEmbedder::new(None, rig.clock.clone());
-    let p: Pipeline<Mem> = Pipeline::new(
-        Adapters {
-            source: rig.server.clone(),
-            local: rig.local.clone(),
-            remote: rig.server.clone(),
-            locks: rig.server.clone(),
-            engine: unloaded,
-            backend: rig.backend.clone(),
-            clock: rig.clock.clone(),
-        },
-        Config::default(),
-    );
+    let p = rig.pipeline_with(Config::default(), rig.local.clone(), unloaded);
     let r = rig.clock.run(p.resolve("a", Some(MODEL), "")).unwrap();
     assert_eq!(r.source, ResultSource::Backend);
 
@@ -1000,18 +993,7 @@ fn a_text_cut_at_max_tokens_stays_out_of_the_shared_cache_and_says_so() {
 fn a_cut_text_the_engine_cannot_count_goes_to_the_backend_with_its_limit() {
     let rig = Rig::new();
     let unloaded = FakeEmbedder::new(None, rig.clock.clone());
-    let p: Pipeline<Mem> = Pipeline::new(
-        Adapters {
-            source: rig.server.clone(),
-            local: rig.local.clone(),
-            remote: rig.server.clone(),
-            locks: rig.server.clone(),
-            engine: unloaded,
-            backend: rig.backend.clone(),
-            clock: rig.clock.clone(),
-        },
-        Config::default(),
-    );
+    let p = rig.pipeline_with(Config::default(), rig.local.clone(), unloaded);
     let texts = vec!["a b c d".to_owned()];
     let r = rig
         .clock
