@@ -206,7 +206,6 @@ impl<P: Ports> Pipeline<P> {
         self.resolve_with(
             text,
             model_id,
-            None,
             trace,
             &RefCell::new(None),
             SingleFlight::Lock,
@@ -244,53 +243,60 @@ impl<P: Ports> Pipeline<P> {
         max_tokens: Option<u32>,
         each: impl FnMut(usize, &Result<Resolved>),
     ) -> Vec<Result<Resolved>> {
+        // Which texts the limit cuts, counted for all of them at once (one request to an engine
+        // in a worker of its own).
+        let cut: Vec<bool> = match max_tokens {
+            None => vec![false; texts.len()],
+            Some(max) => {
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                let counted = match self.model_for(model_id) {
+                    Ok(m) => self.texts_info(&refs, &m, Some(max)).await,
+                    Err(_) => None,
+                };
+                counted.map_or_else(
+                    || vec![true; texts.len()],
+                    |c| c.iter().map(|i| i.truncated).collect(),
+                )
+            }
+        };
         let each = RefCell::new(each);
         let each = &each;
+        let cut = &cut;
         let resolving = texts.iter().enumerate().map(|(i, t)| async move {
             let trace = TraceParent::new_root(&self.rng).header();
-            let r = self
-                .resolve_with(
-                    t,
-                    model_id,
-                    max_tokens,
-                    &trace,
-                    &RefCell::new(None),
-                    SingleFlight::Lock,
-                    RemoteHint::Unknown,
-                )
-                .await;
+            let r = match max_tokens {
+                Some(max) if cut[i] => self.resolve_cut(t, model_id, max, &trace).await,
+                _ => self.resolve(t, model_id, &trace).await,
+            };
             (each.borrow_mut())(i, &r);
             r
         });
         futures_util::future::join_all(resolving).await
     }
 
+    /// The model a text is embedded with: `model_id`, or the default one.
+    fn model_for(&self, model_id: Option<&str>) -> Result<String> {
+        match model_id.filter(|m| !m.is_empty()) {
+            Some(m) => Ok(m.to_owned()),
+            None => self.default_model().ok_or(Error::BadJob {
+                code: crate::ErrorCode::NoModel,
+                message: "no model id given and no model loaded".into(),
+            }),
+        }
+    }
+
     /// `guard`: what makes this worker the only one embedding the text (see [`SingleFlight`]).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn resolve_with(
         &self,
         text: &str,
         model_id: Option<&str>,
-        max_tokens: Option<u32>,
         trace: &str,
         held: &RefCell<Option<HeldLock>>,
         guard: SingleFlight,
         hint: RemoteHint,
     ) -> Result<Resolved> {
         self.validate(text)?;
-        let model = match model_id.filter(|m| !m.is_empty()) {
-            Some(m) => m.to_owned(),
-            None => self.default_model().ok_or(Error::BadJob {
-                code: crate::ErrorCode::NoModel,
-                message: "no model id given and no model loaded".into(),
-            })?,
-        };
-        if let Some(max) = max_tokens {
-            let cut = self.texts_info(&[text], &model, Some(max)).await;
-            if cut.is_none_or(|i| i.first().is_none_or(|i| i.truncated)) {
-                return self.resolve_cut(text, model, max, trace).await;
-            }
-        }
+        let model = self.model_for(model_id)?;
         let key = cache_key(&model, text);
 
         if let Some(v) = self.local_get(&key).await {
@@ -382,10 +388,12 @@ impl<P: Ports> Pipeline<P> {
     async fn resolve_cut(
         &self,
         text: &str,
-        model: String,
+        model_id: Option<&str>,
         max: u32,
         trace: &str,
     ) -> Result<Resolved> {
+        self.validate(text)?;
+        let model = self.model_for(model_id)?;
         let key = format!("{}.t{max}", cache_key(&model, text));
         if let Some(v) = self.local_get(&key).await {
             return Ok(Resolved {

@@ -138,15 +138,7 @@ impl<P: Ports> Pipeline<P> {
             (None, false) => RemoteHint::Unknown,
         };
         let r = self
-            .resolve_with(
-                &job.text,
-                Some(&job.model_id),
-                None,
-                trace,
-                held,
-                guard,
-                hint,
-            )
+            .resolve_with(&job.text, Some(&job.model_id), trace, held, guard, hint)
             .await?;
         // The remote write-through rides on the ack, fenced by the lease.
         let cache = (r.source != ResultSource::Remote).then(|| AckCacheWrite {
