@@ -8,7 +8,7 @@ use crate::loader::{load, load_owned};
 use crate::math::l2_normalize;
 use crate::model::Weights;
 use crate::tokenizer::Tokenizer;
-use crate::window::{accumulate, EmbedInfo, EmbedOptions};
+use crate::window::{accumulate, chunks, Counter, EmbedInfo, EmbedOptions};
 
 /// A Ternlight model ready to embed text.
 ///
@@ -210,8 +210,18 @@ impl Engine {
         let (content, truncated) = self.encode(text, options);
         EmbedInfo {
             tokens: content,
-            chunks: content.div_ceil(self.window_width()).max(1),
+            chunks: chunks(content, self.window_width()),
             truncated,
+        }
+    }
+
+    /// A [`Counter`] for this model: [`Engine::info`] without the engine (its own copy of the
+    /// vocabulary), for another thread.
+    #[must_use]
+    pub fn counter(&self) -> Counter {
+        Counter {
+            tokenizer: self.tokenizer.clone(),
+            width: self.window_width(),
         }
     }
 

@@ -58,7 +58,7 @@ pub use error::{Error, Result};
 pub use format::{Config, EmbeddingFormat};
 pub use kernels::Kernel;
 pub use tokenizer::Tokenizer;
-pub use window::{EmbedInfo, EmbedOptions};
+pub use window::{Counter, EmbedInfo, EmbedOptions};
 
 /// The BERT uncased vocabulary (`models/vocab.txt`, 30 522 tokens), built into the crate.
 pub const BUNDLED_VOCAB: &str = include_str!("../../../models/vocab.txt");

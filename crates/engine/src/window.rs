@@ -38,3 +38,41 @@ pub(crate) fn accumulate(acc: &mut [f32], v: &[f32], ids: usize) {
         *a += w * x;
     }
 }
+
+/// Forward passes a text of `tokens` content ids takes, with windows of `width` (1 for an empty
+/// text: `[CLS] [SEP]` is one pass).
+pub(crate) fn chunks(tokens: usize, width: usize) -> usize {
+    tokens.div_ceil(width.max(1)).max(1)
+}
+
+/// Says what an embed covers from the text's word pieces alone, without the engine: the
+/// tokenizer and the window width, shareable across threads (the server describes a stored
+/// job's result with it while its engine thread embeds).
+#[derive(Debug, Clone)]
+pub struct Counter {
+    pub(crate) tokenizer: crate::Tokenizer,
+    /// Content ids per window.
+    pub(crate) width: usize,
+}
+
+impl Counter {
+    /// What [`crate::Engine::embed_with`] with `options` covers of `text`.
+    #[must_use]
+    pub fn info(&self, text: &str, options: EmbedOptions) -> EmbedInfo {
+        let limit = options
+            .max_tokens
+            .map_or(usize::MAX, |m| m.saturating_add(3));
+        let (mut norm, mut ids) = (String::new(), Vec::new());
+        self.tokenizer.encode_into(text, limit, &mut norm, &mut ids);
+        let content = ids.len().saturating_sub(2);
+        let (tokens, truncated) = match options.max_tokens {
+            Some(m) if content > m => (m, true),
+            _ => (content, false),
+        };
+        EmbedInfo {
+            tokens,
+            chunks: chunks(tokens, self.width),
+            truncated,
+        }
+    }
+}

@@ -25,12 +25,11 @@ fn with(
 ) -> (Vec<f32>, ternflow_engine::EmbedInfo) {
     let mut v = vec![0.0; e.output_dim()];
     let info = e.embed_with(text, EmbedOptions { max_tokens }, &mut v);
-    // The count alone (a cached vector's text) says what the embed said.
-    assert_eq!(
-        e.info(text, EmbedOptions { max_tokens }),
-        info,
-        "{max_tokens:?}"
-    );
+    // The count alone (a cached vector's text) says what the embed said, with the engine or
+    // with a counter on another thread.
+    let options = EmbedOptions { max_tokens };
+    assert_eq!(e.info(text, options), info, "{max_tokens:?}");
+    assert_eq!(e.counter().info(text, options), info, "{max_tokens:?}");
     (v, info)
 }
 

@@ -32,6 +32,12 @@ pub trait Embedder: Send + Sync + 'static {
     /// A message when inference fails.
     fn embed_batch(&self, texts: &[String]) -> std::result::Result<Vec<Vec<f32>>, String>;
 
+    /// What embeds cover, counted from texts alone (the engine's vocabulary and window width),
+    /// for a thread other than the engine's; `None` when the embedder cannot say.
+    fn counter(&self) -> Option<ternflow_engine::Counter> {
+        None
+    }
+
     /// One vector per text, embedding at most `max_tokens` word pieces of each (`None`: whole),
     /// with what each covers where the embedder can say. The default embeds whole texts only.
     ///
@@ -42,6 +48,15 @@ pub trait Embedder: Send + Sync + 'static {
             None => self.embed_batch(texts).map(|v| (v, None)),
             Some(_) => Err("this embedder embeds whole texts only".to_owned()),
         }
+    }
+}
+
+/// The engine's account of an embed as the protocol's.
+pub(crate) fn text_info(i: ternflow_engine::EmbedInfo) -> TextInfo {
+    TextInfo {
+        tokens: u32::try_from(i.tokens).unwrap_or(u32::MAX),
+        chunks: u32::try_from(i.chunks).unwrap_or(u32::MAX),
+        truncated: i.truncated,
     }
 }
 
@@ -100,6 +115,10 @@ impl Embedder for EngineEmbedder {
         Ok(engine.embed_batch(&refs))
     }
 
+    fn counter(&self) -> Option<ternflow_engine::Counter> {
+        self.engine.lock().ok().map(|e| e.counter())
+    }
+
     fn embed_batch_with(&self, texts: &[String], max_tokens: Option<u32>) -> Embedded {
         let mut engine = self
             .engine
@@ -113,13 +132,8 @@ impl Embedder for EngineEmbedder {
         let mut info = Vec::with_capacity(texts.len());
         for t in texts {
             let mut v = vec![0.0; dim];
-            let i = engine.embed_with(t, options, &mut v);
+            info.push(text_info(engine.embed_with(t, options, &mut v)));
             vectors.push(v);
-            info.push(TextInfo {
-                tokens: u32::try_from(i.tokens).unwrap_or(u32::MAX),
-                chunks: u32::try_from(i.chunks).unwrap_or(u32::MAX),
-                truncated: i.truncated,
-            });
         }
         Ok((vectors, Some(info)))
     }

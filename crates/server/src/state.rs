@@ -63,6 +63,8 @@ pub struct Shared {
     /// The dashboard's history of stats samples and alerts (the default tenant's).
     pub(crate) series: Arc<Series>,
     pub(crate) embed: Option<Batcher>,
+    /// Counts what the embedder's vectors cover of a text (a done job's `info`).
+    pub(crate) counter: Option<Arc<ternflow_engine::Counter>>,
     pub(crate) default_model_id: Arc<str>,
     /// The model file served at `GET /v1/model`.
     pub(crate) model_file: Option<ModelFile>,
@@ -117,6 +119,7 @@ impl AppState {
             metrics: Arc::new(Metrics::default()),
             verifier: Arc::default(),
             embed: None,
+            counter: None,
             default_model_id: Arc::from(""),
             model_file: None,
             locks: Arc::default(),
@@ -225,6 +228,7 @@ impl AppState {
         );
         let s = self.building();
         s.default_model_id = Arc::from(embedder.model_id());
+        s.counter = embedder.counter().map(Arc::new);
         s.embed = Some(batcher);
         self
     }

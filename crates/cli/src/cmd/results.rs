@@ -127,10 +127,16 @@ fn write_jsonl(
     let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
     for (id, s) in ids.iter().zip(statuses) {
         let line = match s.as_ref().map(|s| &s.state) {
-            Some(JobState::Done { result }) => serde_json::json!({
-                "id": id, "state": "done", "model_id": result.model_id,
-                "source": result.source, "vector": result.vector.0,
-            }),
+            Some(JobState::Done { result, info }) => {
+                let mut line = serde_json::json!({
+                    "id": id, "state": "done", "model_id": result.model_id,
+                    "source": result.source, "vector": result.vector.0,
+                });
+                if let Some(info) = info {
+                    line["info"] = serde_json::json!(info);
+                }
+                line
+            }
             Some(JobState::Dead { error, .. }) => {
                 serde_json::json!({"id": id, "state": "dead", "error": error})
             }
@@ -152,7 +158,7 @@ fn write_npy(path: &std::path::Path, ids: &[String], statuses: &[Option<JobStatu
         .iter()
         .zip(statuses)
         .filter_map(|(id, s)| match s.as_ref().map(|s| &s.state) {
-            Some(JobState::Done { result }) => Some((id, &result.vector.0)),
+            Some(JobState::Done { result, .. }) => Some((id, &result.vector.0)),
             _ => None,
         })
         .collect();

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Attempt, JobError, JobResult};
+use super::{Attempt, JobError, JobResult, TextInfo};
 
 /// A job's state, as `GET /v1/jobs/{id}` reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -25,6 +25,11 @@ pub enum JobState {
     Done {
         /// The result.
         result: JobResult,
+        /// What the vector covers of the job's text (word pieces, forwards pooled; queue jobs
+        /// are embedded whole, so never truncated), counted by the server when it reads the
+        /// result: absent from a server without the result's model.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        info: Option<TextInfo>,
     },
     /// Dead-lettered.
     Dead {

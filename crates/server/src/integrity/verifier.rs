@@ -283,7 +283,7 @@ pub(crate) async fn undo(state: &Ctx, sub: &str) -> (usize, usize) {
         let found = futures_util::future::join_all(chunk.iter().map(|id| state.store.status(id)));
         for (id, s) in chunk.iter().zip(found.await) {
             if let Ok(Some(s)) = s {
-                if matches!(&s.state, JobState::Done { result } if by_sub(&result.by)) {
+                if matches!(&s.state, JobState::Done { result, .. } if by_sub(&result.by)) {
                     jobs.push(id.clone());
                 }
             }

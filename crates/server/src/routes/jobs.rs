@@ -21,6 +21,7 @@ use crate::auth::Role;
 use crate::error::{Error, Result};
 use crate::extract::{Json, Path};
 use crate::identity::{is_clean, Identity, DEFAULT_TENANT};
+use crate::queue::describe::describe;
 use crate::queue::finish::{finish, resolve_cached};
 use crate::queue::{lease_lost, lost_or_missing, publish_depth, publish_finished, valid_id};
 use crate::store::{JobRecord, PRIORITY_RANGE};
@@ -549,7 +550,7 @@ const MAX_STATUS_IDS: usize = 1_000;
 /// Drops a result's provenance for callers who may not see it (all but admins).
 fn shown_to(caller: &Identity, mut s: JobStatus) -> JobStatus {
     if caller.role != Role::Admin {
-        if let JobState::Done { result } = &mut s.state {
+        if let JobState::Done { result, .. } = &mut s.state {
             result.by = None;
         }
     }
@@ -580,7 +581,7 @@ pub(crate) async fn status_many(
         match st {
             Some(mut s) => {
                 if !req.vectors {
-                    if let JobState::Done { result } = &mut s.state {
+                    if let JobState::Done { result, .. } = &mut s.state {
                         result.vector.0.clear();
                     }
                 }
@@ -589,6 +590,7 @@ pub(crate) async fn status_many(
             None => out.missing.push(id),
         }
     }
+    describe(&state, &mut out.jobs).await;
     Ok(Json(out))
 }
 
@@ -598,10 +600,13 @@ pub(crate) async fn status(
     Path(id): Path<String>,
 ) -> Result<Json<JobStatus>> {
     valid_id(&id)?;
-    state
+    let s = state
         .store
         .status(&id)
         .await?
-        .map(|s| Json(shown_to(&caller, s)))
-        .ok_or_else(|| Error::no_job(&id))
+        .ok_or_else(|| Error::no_job(&id))?;
+    let mut one = [shown_to(&caller, s)];
+    describe(&state, &mut one).await;
+    let [s] = one;
+    Ok(Json(s))
 }

@@ -269,7 +269,7 @@ pub async fn provenance_index_and_undo<S: Store>(s: S) {
     assert!(s.written_by("honest").await.unwrap().is_empty());
     let st = s.status("a").await.unwrap().unwrap();
     match st.state {
-        JobState::Done { result } => {
+        JobState::Done { result, .. } => {
             assert_eq!(result.by, Some(by("liar")), "kept with the result")
         }
         other => panic!("{other:?}"),
@@ -501,7 +501,13 @@ pub async fn heartbeat_and_ack<S: Store>(s: S) {
         "ack is idempotent for the holder"
     );
     let st = s.status("j").await.unwrap().unwrap();
-    assert_eq!(st.state, JobState::Done { result: result() });
+    assert_eq!(
+        st.state,
+        JobState::Done {
+            result: result(),
+            info: None
+        }
+    );
     assert!(s
         .heartbeat("j", &lease.token, 1_000, T0)
         .await

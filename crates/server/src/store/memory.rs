@@ -241,6 +241,7 @@ fn status_of(j: &Job) -> JobStatus {
         },
         St::Done { result, .. } => JobState::Done {
             result: result.clone(),
+            info: None,
         },
         St::Dead { error, .. } => JobState::Dead {
             error: error.clone(),

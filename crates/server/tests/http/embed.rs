@@ -182,6 +182,50 @@ async fn embed_with_the_real_engine() {
         r.json["jobs"][0]["id"],
         ternflow_core::keys::job_id(&model_id, "x")
     );
+    // A done job's status says what its vector covers of its text, counted by the server
+    // (jobs are embedded whole); a worker is not asked.
+    let long = "ternary weights and int8 activations ".repeat(40);
+    let r = api
+        .enqueue(json!({"jobs": [{"text": long}, {"text": "short"}]}))
+        .await;
+    let ids: Vec<String> = r.json["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap().to_owned())
+        .collect();
+    for j in api.claim(10).await {
+        let text = j["text"].as_str().unwrap();
+        let vector = ternflow_core::codec::encode_vector(&reference.embed(text));
+        let body = json!({"token": j["lease"]["token"], "result":
+            {"model_id": model_id, "vector": vector, "source": "engine"}});
+        let id = j["id"].as_str().unwrap();
+        let r = api
+            .post(Some(WORKER), &format!("/v1/jobs/{id}/ack"), body)
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    }
+    // What the engine itself says when it embeds them.
+    let mut counted = |text: &str| {
+        let mut v = vec![0.0; reference.output_dim()];
+        let i = reference.embed_with(text, ternflow_engine::EmbedOptions::default(), &mut v);
+        json!({"tokens": i.tokens, "chunks": i.chunks, "truncated": false})
+    };
+    let want = [counted(&long), counted("short")];
+    let listed = api
+        .post(
+            Some(WORKER),
+            "/v1/jobs/status",
+            json!({"ids": ids, "vectors": false}),
+        )
+        .await;
+    for (i, (id, want)) in ids.iter().zip(&want).enumerate() {
+        let s = api.status(id).await;
+        assert_eq!(s.json["state"], "done", "{}", s.text);
+        assert_eq!(&s.json["info"], want, "{}", s.text);
+        assert_eq!(&listed.json["jobs"][i]["info"], want, "{}", listed.text);
+    }
+    assert!(want[0]["chunks"].as_u64().unwrap() > 1, "{}", want[0]);
 }
 
 #[tokio::test]

@@ -619,6 +619,7 @@ impl QueueStore for RedisStore {
             },
             "done" => JobState::Done {
                 result: parse_json(field(&h, "result"), "result")?,
+                info: None,
             },
             "dead" => JobState::Dead {
                 error: parse_json(field(&h, "error"), "error")?,

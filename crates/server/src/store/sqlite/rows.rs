@@ -78,6 +78,7 @@ pub(super) fn job_status(r: Row) -> Result<JobStatus> {
         "done" => JobState::Done {
             result: opt_json(r.result)?
                 .ok_or_else(|| Error::Store("sqlite: a done job has no result".into()))?,
+            info: None,
         },
         "dead" => JobState::Dead {
             error: opt_json(r.error)?
