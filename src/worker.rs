@@ -43,11 +43,16 @@ pub async fn handle(data: JsValue) -> JsValue {
         texts,
         progress,
         settle: true,
+        info,
         max_tokens,
         ..
     } = &msg
     {
-        return match embed_texts(id, texts, *progress, true, *max_tokens).await {
+        let ask = Ask {
+            max_tokens: *max_tokens,
+            info: *info,
+        };
+        return match embed_texts(id, texts, *progress, true, ask).await {
             Ok(items) => items_to_js(id, items.iter().map(Result::as_ref)),
             Err(e) => error_to_js(id, &e),
         };
@@ -58,6 +63,15 @@ pub async fn handle(data: JsValue) -> JsValue {
     }
 }
 
+/// What a page asked of an `embed` besides the vectors.
+#[derive(Debug, Clone, Copy)]
+struct Ask {
+    /// Word pieces to embed of each text at most.
+    max_tokens: Option<u32>,
+    /// Say what each vector covers.
+    info: bool,
+}
+
 /// Embeds `texts` in order through the pipeline (request `id`, cancellable between texts).
 /// With `settle`, a text that fails is an `Err` item and the rest go on; without, the first
 /// failure fails the whole request. A cancellation always fails the whole request.
@@ -66,8 +80,9 @@ async fn embed_texts(
     texts: &[String],
     progress: bool,
     settle: bool,
-    max_tokens: Option<u32>,
+    ask: Ask,
 ) -> Result<Vec<Result<Embedding, WorkerError>>, WorkerError> {
+    let max_tokens = ask.max_tokens;
     if max_tokens == Some(0) {
         return Err(WorkerError::BadMessage(
             "maxTokens must be at least 1".into(),
@@ -93,7 +108,12 @@ async fn embed_texts(
             .await;
         // What each vector covers, counted by the engine in one request for the chunk (a cached
         // vector's text is counted again, not remembered).
-        let model = results.iter().flatten().next().map(|r| r.model_id.clone());
+        let model = results
+            .iter()
+            .flatten()
+            .next()
+            .filter(|_| ask.info)
+            .map(|r| r.model_id.clone());
         let counted = match model {
             Some(m) => {
                 let texts: Vec<&str> = part.iter().map(String::as_str).collect();
@@ -212,9 +232,11 @@ async fn dispatch(msg: ToWorker) -> Result<FromWorker, WorkerError> {
             texts,
             progress,
             settle: _,
+            info,
             max_tokens,
         } => {
-            let embeddings = embed_texts(id, &texts, progress, false, max_tokens)
+            let ask = Ask { max_tokens, info };
+            let embeddings = embed_texts(id, &texts, progress, false, ask)
                 .await?
                 .into_iter()
                 .collect::<Result<Vec<_>, _>>()?;

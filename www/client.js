@@ -206,7 +206,7 @@ export class EmbeddingWorker extends EventTarget {
    * `{ status: "rejected", reason: TernflowError }` (one bad text does not fail the rest).
    */
   async embedMany(texts, options = {}) {
-    const items = await this.embedDetailed(texts, options);
+    const items = await this.#embed(texts, options, false);
     if (!options.settle) return items.map((e) => e.vector);
     return items.map((e) =>
       e.error ? { status: "rejected", reason: e.error } : { status: "fulfilled", value: e.vector },
@@ -219,9 +219,13 @@ export class EmbeddingWorker extends EventTarget {
    * the model); with `settle: true` a text that failed is `{ error: TernflowError }`.
    * `maxTokens` cuts each text at that many word pieces (default: whole texts).
    */
-  async embedDetailed(texts, { signal, onProgress, settle = false, maxTokens } = {}) {
+  async embedDetailed(texts, options = {}) {
+    return this.#embed(texts, options, true);
+  }
+
+  async #embed(texts, { signal, onProgress, settle = false, maxTokens } = {}, info) {
     await this.ready;
-    const msg = { type: "embed", texts, settle };
+    const msg = { type: "embed", texts, settle, info };
     if (maxTokens !== undefined) msg.maxTokens = maxTokens;
     const r = await this.#request(msg, { signal, onProgress, what: "embed" });
     return r.embeddings.map((e) =>

@@ -43,6 +43,11 @@ test("maxTokens cuts a text and info says what each vector covers, as the engine
   const again = await (await post({ texts: [long] })).json();
   assert.deepEqual(again.vectors[0], Array.from(engine.embed(long)));
   assert.ok(again.info[0].chunks > 1, JSON.stringify(again.info));
+  // the message API: info only when asked (embedMany does not ask; embedDetailed does)
+  const plain = await bindings.handle({ type: "embed", id: 51, texts: ["info asked?"] });
+  assert.equal(plain.embeddings[0].info, undefined);
+  const asked = await bindings.handle({ type: "embed", id: 52, texts: ["info asked?"], info: true, maxTokens: 1 });
+  assert.deepEqual(asked.embeddings[0].info, { tokens: 1, chunks: 1, truncated: true });
   const zero = await post({ texts: ["a"], maxTokens: 0 });
   assert.equal(zero.status, 400);
   assert.equal((await zero.json()).error.code, "bad_request");

@@ -83,6 +83,10 @@ pub enum ToWorker {
         /// first failure failing the request.
         #[serde(default)]
         settle: bool,
+        /// Also say what each vector covers ([`Embedding::info`]: the engine counts the texts'
+        /// word pieces, a little work per text that `embedMany` does not ask for).
+        #[serde(default)]
+        info: bool,
         /// Word pieces to embed of each text at most (absent: whole texts; see core's
         /// `Pipeline::resolve_many_with` for where a cut vector is cached).
         #[serde(default, rename = "maxTokens", skip_serializing_if = "Option::is_none")]
@@ -369,6 +373,7 @@ mod tests {
                 texts: vec!["a".into()],
                 progress: true,
                 settle: true,
+                info: false,
                 max_tokens: None,
             }
         );
