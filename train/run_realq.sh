@@ -8,8 +8,9 @@
 # ckpt_last.npz, best.json + student_best.npz (best dev mean), student_final.npz at the end; this
 # script's own output goes to run.log there.  BUDGET: minutes of training-step time (the run's schedule;
 # keep it when resuming).  EXTRA_SHARE (default 0.5) and LR (default 3e-4): keep them when resuming too.
-# realq2 (started 2026-12-04 from stage 9, more pool to win back docs/man):
-#   RUN=realq2 EXTRA_SHARE=0.35 LR=2e-4 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# realq2 (2026-12-04, from stage 9, more pool to win back docs/man; shipped as stage 10 — resumed
+# at step 1 900 with the budget cut from 180 to 105 so the schedule ended within the session):
+#   RUN=realq2 BUDGET=105 EXTRA_SHARE=0.35 LR=2e-4 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # Needs run_real.sh's and run_broad.sh's data; labels what is missing first
 # (pool shards, realq shards: both resumable, a no-op when complete).  One process, nice 19, 2 threads.
 set -euo pipefail
