@@ -11,6 +11,7 @@ use std::rc::Rc;
 
 use ternflow_core::messages::{Embedding, FromWorker, ToWorker};
 use ternflow_core::ports::Clock;
+use ternflow_core::ResolveOptions;
 use wasm_bindgen::prelude::*;
 
 pub use crate::browser::Browser;
@@ -48,7 +49,7 @@ pub async fn handle(data: JsValue) -> JsValue {
         ..
     } = &msg
     {
-        let ask = Ask {
+        let ask = ResolveOptions {
             max_tokens: *max_tokens,
             info: *info,
         };
@@ -63,15 +64,6 @@ pub async fn handle(data: JsValue) -> JsValue {
     }
 }
 
-/// What a page asked of an `embed` besides the vectors.
-#[derive(Debug, Clone, Copy)]
-struct Ask {
-    /// Word pieces to embed of each text at most.
-    max_tokens: Option<u32>,
-    /// Say what each vector covers.
-    info: bool,
-}
-
 /// Embeds `texts` in order through the pipeline (request `id`, cancellable between texts).
 /// With `settle`, a text that fails is an `Err` item and the rest go on; without, the first
 /// failure fails the whole request. A cancellation always fails the whole request.
@@ -80,10 +72,9 @@ async fn embed_texts(
     texts: &[String],
     progress: bool,
     settle: bool,
-    ask: Ask,
+    ask: ResolveOptions,
 ) -> Result<Vec<Result<Embedding, WorkerError>>, WorkerError> {
-    let max_tokens = ask.max_tokens;
-    if max_tokens == Some(0) {
+    if ask.max_tokens == Some(0) {
         return Err(WorkerError::BadMessage(
             "maxTokens must be at least 1".into(),
         ));
@@ -98,30 +89,18 @@ async fn embed_texts(
         let done = c * EMBED_CHUNK;
         cancel.check(&format!("embed after {done} of {total} texts"))?;
         let mut finished = done as u64;
-        let results = p
-            .resolve_many_with(part, None, max_tokens, |_, _| {
+        let batch = p
+            .resolve_many_with(part, None, ask, |_, _| {
                 finished += 1;
                 if progress {
                     post_progress(id, "embed", finished, Some(total as u64));
                 }
             })
             .await;
-        // What each vector covers, counted by the engine in one request for the chunk (a cached
-        // vector's text is counted again, not remembered).
-        let model = results
-            .iter()
-            .flatten()
-            .next()
-            .filter(|_| ask.info)
-            .map(|r| r.model_id.clone());
-        let counted = match model {
-            Some(m) => {
-                let texts: Vec<&str> = part.iter().map(String::as_str).collect();
-                p.texts_info(&texts, &m, max_tokens).await
-            }
-            None => None,
-        };
-        for (i, r) in results.into_iter().enumerate() {
+        // What each vector covers, counted by the engine once for the chunk (a cached vector's
+        // text is counted again, not remembered).
+        let counted = batch.info;
+        for (i, r) in batch.results.into_iter().enumerate() {
             match r {
                 Ok(r) => items.push(Ok(Embedding {
                     vector: r.vector,
@@ -235,7 +214,7 @@ async fn dispatch(msg: ToWorker) -> Result<FromWorker, WorkerError> {
             info,
             max_tokens,
         } => {
-            let ask = Ask { max_tokens, info };
+            let ask = ResolveOptions { max_tokens, info };
             let embeddings = embed_texts(id, &texts, progress, false, ask)
                 .await?
                 .into_iter()

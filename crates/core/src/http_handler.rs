@@ -3,14 +3,15 @@
 //! `wasi:http` handler. `POST {"texts": [...], "maxTokens"?: n}` answers `{"vectors": number[][],
 //! "sources": string[], "info"?: [{"tokens", "chunks", "truncated"}]}` (`info` where the engine
 //! runs the model: what each vector covers of its text; `maxTokens`, also read as `max_tokens`,
-//! cuts each text at that many word pieces, see [`Pipeline::resolve_many_with`]); every error is `{"error": {"code", "message"}}` — 405 for another method, 400
+//! cuts each text at that many word pieces, see [`Pipeline::resolve_many_with`]); every error is
+//! `{"error": {"code", "message"}}` — 405 for another method, 400
 //! `bad_json` / `bad_request` for a malformed body, 413 for `text_too_long` and for a body over
 //! [`MAX_BODY_BYTES`] (`too_large`), 400 for any other failure of a text, 503 when the model or
 //! the settings cannot load (the adapter's own [`error`]).
 
 use serde::{Deserialize, Serialize};
 
-use crate::pipeline::{Pipeline, Ports};
+use crate::pipeline::{Pipeline, Ports, ResolveOptions};
 use crate::protocol::{ResultSource, TextInfo};
 use crate::Error;
 
@@ -169,27 +170,23 @@ pub async fn respond<P: Ports>(pipeline: &Pipeline<P>, method: &str, body: &[u8]
         info: Some(Vec::with_capacity(n)),
     };
     for part in req.texts.chunks(CHUNK) {
-        let results = pipeline
-            .resolve_many_with(part, None, req.max_tokens, |_, _| {})
+        let options = ResolveOptions {
+            max_tokens: req.max_tokens,
+            info: true,
+        };
+        let batch = pipeline
+            .resolve_many_with(part, None, options, |_, _| {})
             .await;
-        let mut model = None;
-        for r in results {
+        for r in batch.results {
             match r {
                 Ok(r) => {
-                    model = Some(r.model_id);
                     out.vectors.push(r.vector);
                     out.sources.push(r.source);
                 }
                 Err(e) => return failure(&e),
             }
         }
-        // Counted, not remembered: a cached vector's text is counted again.
-        let texts: Vec<&str> = part.iter().map(String::as_str).collect();
-        let info = match model {
-            Some(m) => pipeline.texts_info(&texts, &m, req.max_tokens).await,
-            None => None,
-        };
-        match (info, out.info.as_mut()) {
+        match (batch.info, out.info.as_mut()) {
             (Some(i), Some(all)) => all.extend(i),
             _ => out.info = None,
         }

@@ -57,4 +57,4 @@ pub mod trace;
 pub use config::Config;
 pub use error::{Error, Result};
 pub use error_code::ErrorCode;
-pub use pipeline::{Adapters, Pipeline, Ports, Resolved};
+pub use pipeline::{Adapters, Pipeline, Ports, Resolution, ResolveOptions, Resolved};

@@ -52,6 +52,25 @@ pub struct Resolved {
     pub source: ResultSource,
 }
 
+/// What a caller asks of a batch besides its vectors ([`Pipeline::resolve_many_with`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResolveOptions {
+    /// Word pieces to embed of each text at most (`None`: whole texts).
+    pub max_tokens: Option<u32>,
+    /// Say what each vector covers ([`Resolution::info`]).
+    pub info: bool,
+}
+
+/// A batch resolved.
+#[derive(Debug)]
+pub struct Resolution {
+    /// One result per text, in order.
+    pub results: Vec<Result<Resolved>>,
+    /// What each vector covers of its text, in order: when asked and the engine runs the
+    /// batch's model (counted from the texts, for cached vectors too), else `None`.
+    pub info: Option<Vec<TextInfo>>,
+}
+
 /// What the caller already knows of the remote cache for a text.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum RemoteHint {
@@ -226,38 +245,40 @@ impl<P: Ports> Pipeline<P> {
         model_id: Option<&str>,
         each: impl FnMut(usize, &Result<Resolved>),
     ) -> Vec<Result<Resolved>> {
-        self.resolve_many_with(texts, model_id, None, each).await
+        self.resolve_many_with(texts, model_id, ResolveOptions::default(), each)
+            .await
+            .results
     }
 
-    /// [`Pipeline::resolve_many`] embedding at most `max_tokens` word pieces of each text
-    /// (`None`: whole texts). A text the limit cuts gets a vector of its own, which is not the
-    /// text's embedding: it is cached in the local cache only, under its own key
-    /// (`model:texthash.t{max_tokens}`), and never read from or written to the shared remote cache
-    /// (whose entries the server checks against whole-text embeddings). A text within the limit
-    /// takes the usual path: its vector is the whole text's. Without the engine to count its
-    /// word pieces, a text is taken as cut.
+    /// [`Pipeline::resolve_many`] with `options`: at most `max_tokens` word pieces of each text
+    /// (`None`: whole texts), and, with `info`, what each vector covers. A text the limit cuts
+    /// gets a vector of its own, which is not the text's embedding: it is cached in the local
+    /// cache only, under its own key (`model:texthash.t{max_tokens}`), and never read from or
+    /// written to the shared remote cache (whose entries the server checks against whole-text
+    /// embeddings). A text within the limit takes the usual path: its vector is the whole
+    /// text's. Without the engine to count its word pieces, a text is taken as cut. The texts
+    /// are counted once, for both (one request to an engine in a worker of its own).
     pub async fn resolve_many_with(
         &self,
         texts: &[String],
         model_id: Option<&str>,
-        max_tokens: Option<u32>,
+        options: ResolveOptions,
         each: impl FnMut(usize, &Result<Resolved>),
-    ) -> Vec<Result<Resolved>> {
-        // Which texts the limit cuts, counted for all of them at once (one request to an engine
-        // in a worker of its own).
-        let cut: Vec<bool> = match max_tokens {
-            None => vec![false; texts.len()],
-            Some(max) => {
-                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-                let counted = match self.model_for(model_id) {
-                    Ok(m) => self.texts_info(&refs, &m, Some(max)).await,
-                    Err(_) => None,
-                };
-                counted.map_or_else(
-                    || vec![true; texts.len()],
-                    |c| c.iter().map(|i| i.truncated).collect(),
-                )
+    ) -> Resolution {
+        let max_tokens = options.max_tokens;
+        let counted = if max_tokens.is_some() || options.info {
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            match self.model_for(model_id) {
+                Ok(m) => self.texts_info(&refs, &m, max_tokens).await,
+                Err(_) => None,
             }
+        } else {
+            None
+        };
+        let cut: Vec<bool> = match (max_tokens, &counted) {
+            (None, _) => vec![false; texts.len()],
+            (Some(_), Some(c)) => c.iter().map(|i| i.truncated).collect(),
+            (Some(_), None) => vec![true; texts.len()],
         };
         let each = RefCell::new(each);
         let each = &each;
@@ -271,7 +292,10 @@ impl<P: Ports> Pipeline<P> {
             (each.borrow_mut())(i, &r);
             r
         });
-        futures_util::future::join_all(resolving).await
+        Resolution {
+            results: futures_util::future::join_all(resolving).await,
+            info: counted.filter(|_| options.info),
+        }
     }
 
     /// The model a text is embedded with: `model_id`, or the default one.
@@ -367,7 +391,7 @@ impl<P: Ports> Pipeline<P> {
 
     /// What embedding each of `texts` under `model` with `max_tokens` covers, in order: the
     /// engine's count when it runs `model` (word pieces counted, nothing embedded), else `None`.
-    pub async fn texts_info(
+    async fn texts_info(
         &self,
         texts: &[&str],
         model: &str,
@@ -655,6 +679,12 @@ impl<P: Ports> Pipeline<P> {
                     message: format!("job wants model {model}; the backend runs {m}"),
                 });
             }
+        }
+        if max_tokens.is_some() && !self.adapters.backend.cuts() {
+            // Not the backend's failure either: it embeds whole texts only.
+            return Err(Error::BackendUnavailable(
+                "the backend cannot embed part of a text".into(),
+            ));
         }
         if !self.backend_breaker.try_acquire(now) {
             self.metrics.inc(names::BACKEND_REFUSED);

@@ -10,7 +10,7 @@ use ternflow_core::ports::{Clock, JobSource, LocalCache};
 use ternflow_core::protocol::{CacheEntry, ResultSource, Vector};
 use ternflow_core::queue::claim_loop::RunSummary;
 use ternflow_core::queue::job::JobOutcome;
-use ternflow_core::{Adapters, Config, Error, Pipeline, Ports};
+use ternflow_core::{Adapters, Config, Error, Pipeline, Ports, ResolveOptions};
 
 const MODEL: &str = "0123456789abcdef";
 const T0: u64 = 1_700_000_000_000;
@@ -51,10 +51,21 @@ impl Rig {
     }
 
     fn pipeline_with_local(&self, cfg: Config, local: MemLocal) -> Pipeline<Mem> {
-        self.pipeline_with(Config { seed: 42, ..cfg }, local, self.engine.clone())
+        self.pipeline_with(
+            Config { seed: 42, ..cfg },
+            local,
+            self.engine.clone(),
+            self.backend.clone(),
+        )
     }
 
-    fn pipeline_with(&self, cfg: Config, local: MemLocal, engine: FakeEmbedder) -> Pipeline<Mem> {
+    fn pipeline_with(
+        &self,
+        cfg: Config,
+        local: MemLocal,
+        engine: FakeEmbedder,
+        backend: FakeEmbedder,
+    ) -> Pipeline<Mem> {
         Pipeline::new(
             Adapters {
                 source: self.server.clone(),
@@ -62,7 +73,7 @@ impl Rig {
                 remote: self.server.clone(),
                 locks: self.server.clone(),
                 engine,
-                backend: self.backend.clone(),
+                backend,
                 clock: self.clock.clone(),
             },
             cfg,
@@ -169,7 +180,12 @@ fn resolve_many_answers_in_order_and_one_failure_fails_only_its_text() {
 fn engine_not_loaded_or_failing_falls_back_to_the_backend() {
     let rig = Rig::new();
     let unloaded = FakeEmbedder::new(None, rig.clock.clone());
-    let p = rig.pipeline_with(Config::default(), rig.local.clone(), unloaded);
+    let p = rig.pipeline_with(
+        Config::default(),
+        rig.local.clone(),
+        unloaded,
+        rig.backend.clone(),
+    );
     let r = rig.clock.run(p.resolve("a", Some(MODEL), "")).unwrap();
     assert_eq!(r.source, ResultSource::Backend);
 
@@ -992,13 +1008,23 @@ fn a_text_cut_at_max_tokens_stays_out_of_the_shared_cache_and_says_so() {
 #[test]
 fn a_cut_text_the_engine_cannot_count_goes_to_the_backend_with_its_limit() {
     let rig = Rig::new();
-    let unloaded = FakeEmbedder::new(None, rig.clock.clone());
-    let p = rig.pipeline_with(Config::default(), rig.local.clone(), unloaded);
+    let unloaded = || FakeEmbedder::new(None, rig.clock.clone());
+    let p = rig.pipeline_with(
+        Config::default(),
+        rig.local.clone(),
+        unloaded(),
+        rig.backend.clone(),
+    );
     let texts = vec!["a b c d".to_owned()];
-    let r = rig
+    let options = ResolveOptions {
+        max_tokens: Some(2),
+        info: true,
+    };
+    let batch = rig
         .clock
-        .run(p.resolve_many_with(&texts, Some(MODEL), Some(2), |_, _| {}));
-    let r = r.into_iter().next().unwrap().unwrap();
+        .run(p.resolve_many_with(&texts, Some(MODEL), options, |_, _| {}));
+    assert_eq!(batch.info, None, "no engine to count with");
+    let r = batch.results.into_iter().next().unwrap().unwrap();
     assert_eq!(r.source, ResultSource::Backend);
     assert_eq!(r.vector, FakeEmbedder::vector_cut("a b c d", 2));
     assert_eq!(
@@ -1010,8 +1036,18 @@ fn a_cut_text_the_engine_cannot_count_goes_to_the_backend_with_its_limit() {
         .server
         .cache_entry(&cache_key(MODEL, "a b c d"))
         .is_none());
-    assert!(rig
-        .clock
-        .run(p.texts_info(&["a b c d"], MODEL, Some(2)))
-        .is_none());
+
+    // A backend that embeds whole texts only refuses it, and that is not its failure either:
+    // its breaker stays closed however often it is asked.
+    let fresh = MemLocal::new(usize::MAX, 100);
+    let q = rig.pipeline_with(Config::default(), fresh, unloaded(), unloaded());
+    for _ in 0..10 {
+        let batch = rig
+            .clock
+            .run(q.resolve_many_with(&texts, Some(MODEL), options, |_, _| {}));
+        let e = batch.results.into_iter().next().unwrap().unwrap_err();
+        assert!(e.to_string().contains("cannot embed part of a text"), "{e}");
+    }
+    assert_eq!(q.breakers().1, BreakerState::Closed);
+    assert_eq!(q.metrics.counter(names::BACKEND_ERRORS), 0);
 }

@@ -8,7 +8,7 @@ use crate::loader::{load, load_owned};
 use crate::math::l2_normalize;
 use crate::model::Weights;
 use crate::tokenizer::Tokenizer;
-use crate::window::{accumulate, chunks, Counter, EmbedInfo, EmbedOptions};
+use crate::window::{accumulate, chunks, id_limit, kept, Counter, EmbedInfo, EmbedOptions};
 
 /// A Ternlight model ready to embed text.
 ///
@@ -235,22 +235,16 @@ impl Engine {
     /// Tokenizes `text` into `self.ids` (`[CLS] … [SEP]`, cut at `options.max_tokens` content
     /// ids): the content ids kept, and whether any were dropped.
     fn encode(&mut self, text: &str, options: EmbedOptions) -> (usize, bool) {
-        // One id past the limit tells whether the text went on.
-        let limit = options
-            .max_tokens
-            .map_or(usize::MAX, |m| m.saturating_add(3));
         self.tokenizer
-            .encode_into(text, limit, &mut self.norm, &mut self.ids);
+            .encode_into(text, id_limit(options), &mut self.norm, &mut self.ids);
         let content = self.ids.len() - 2;
-        match options.max_tokens {
-            Some(m) if content > m => {
-                let sep = self.ids[content + 1];
-                self.ids.truncate(m + 1);
-                self.ids.push(sep);
-                (m, true)
-            }
-            _ => (content, false),
+        let (keep, truncated) = kept(content, options);
+        if truncated {
+            let sep = self.ids[content + 1];
+            self.ids.truncate(keep + 1);
+            self.ids.push(sep);
         }
+        (keep, truncated)
     }
 
     /// [`Engine::embed_into`] of the first window only (`[CLS]`, 126 word pieces, `[SEP]`), adding

@@ -39,6 +39,22 @@ pub(crate) fn accumulate(acc: &mut [f32], v: &[f32], ids: usize) {
     }
 }
 
+/// Ids to tokenize for `options`: all of them, or `[CLS]`, the limit and one id past it (which
+/// tells whether the text went on), `[SEP]`.
+pub(crate) fn id_limit(options: EmbedOptions) -> usize {
+    options
+        .max_tokens
+        .map_or(usize::MAX, |m| m.saturating_add(3))
+}
+
+/// The content ids kept of `content` under `options`, and whether any were dropped.
+pub(crate) fn kept(content: usize, options: EmbedOptions) -> (usize, bool) {
+    match options.max_tokens {
+        Some(m) if content > m => (m, true),
+        _ => (content, false),
+    }
+}
+
 /// Forward passes a text of `tokens` content ids takes, with windows of `width` (1 for an empty
 /// text: `[CLS] [SEP]` is one pass).
 pub(crate) fn chunks(tokens: usize, width: usize) -> usize {
@@ -59,16 +75,10 @@ impl Counter {
     /// What [`crate::Engine::embed_with`] with `options` covers of `text`.
     #[must_use]
     pub fn info(&self, text: &str, options: EmbedOptions) -> EmbedInfo {
-        let limit = options
-            .max_tokens
-            .map_or(usize::MAX, |m| m.saturating_add(3));
         let (mut norm, mut ids) = (String::new(), Vec::new());
-        self.tokenizer.encode_into(text, limit, &mut norm, &mut ids);
-        let content = ids.len().saturating_sub(2);
-        let (tokens, truncated) = match options.max_tokens {
-            Some(m) if content > m => (m, true),
-            _ => (content, false),
-        };
+        self.tokenizer
+            .encode_into(text, id_limit(options), &mut norm, &mut ids);
+        let (tokens, truncated) = kept(ids.len().saturating_sub(2), options);
         EmbedInfo {
             tokens,
             chunks: chunks(tokens, self.width),

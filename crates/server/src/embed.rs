@@ -107,12 +107,8 @@ impl Embedder for EngineEmbedder {
     }
 
     fn embed_batch(&self, texts: &[String]) -> std::result::Result<Vec<Vec<f32>>, String> {
-        let mut engine = self
-            .engine
-            .lock()
-            .map_err(|_| "engine poisoned by an earlier panic".to_owned())?;
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        Ok(engine.embed_batch(&refs))
+        self.embed_batch_with(texts, None)
+            .map(|(vectors, _)| vectors)
     }
 
     fn counter(&self) -> Option<ternflow_engine::Counter> {

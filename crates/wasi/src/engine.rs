@@ -51,20 +51,8 @@ impl Embedder for InWasmEngine {
         }
     }
 
-    async fn embed(&self, text: &str, _trace: &str) -> Result<Vec<f32>> {
-        #[cfg(feature = "engine")]
-        {
-            self.slot
-                .borrow_mut()
-                .as_mut()
-                .map(|e| e.embed(text))
-                .ok_or_else(|| Error::Engine("no model loaded".into()))
-        }
-        #[cfg(not(feature = "engine"))]
-        {
-            let _ = text;
-            Err(Error::Engine("backend-only build: no engine".into()))
-        }
+    async fn embed(&self, text: &str, trace: &str) -> Result<Vec<f32>> {
+        self.embed_with(text, None, trace).await
     }
 
     fn cuts(&self) -> bool {
@@ -82,11 +70,10 @@ impl Embedder for InWasmEngine {
         &self,
         text: &str,
         max_tokens: Option<u32>,
-        trace: &str,
+        _trace: &str,
     ) -> Result<Vec<f32>> {
         #[cfg(feature = "engine")]
         {
-            let _ = trace;
             self.slot
                 .borrow_mut()
                 .as_mut()
@@ -99,8 +86,8 @@ impl Embedder for InWasmEngine {
         }
         #[cfg(not(feature = "engine"))]
         {
-            let _ = (max_tokens, trace);
-            self.embed(text, "").await
+            let _ = (text, max_tokens);
+            Err(Error::Engine("backend-only build: no engine".into()))
         }
     }
 
