@@ -13,6 +13,7 @@ use clap::Parser;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    no_transparent_huge_pages();
     // A full disk or a file-size limit is an error a command reports, never a crash.
     ternflow_server::ignore_file_size_signal();
     let cli = cmd::Cli::parse();
@@ -21,6 +22,24 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("ternflow: {}", with_causes(e.as_ref()));
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// mimalloc v3 asks the kernel for transparent huge pages (`MADV_HUGEPAGE`) for its arenas, so
+/// the first touch of a fresh or purged 2 MiB region has the kernel zero all of it: 22–35 % of
+/// `ternflow bench-server`'s samples under `perf`, and its enqueue rate halved on about half of
+/// the runs (enqueue 54–113 k jobs/s with huge pages, 106–147 k without, 4 runs each, flushed
+/// Redis; docs/benchmarks.md). A server's heap is small and churns: it loses nothing by 4 KiB
+/// pages (Redis asks for THP off for the same reason). This turns them off for this process
+/// (`PR_SET_THP_DISABLE`, checked by the kernel at every page fault, so it covers what mimalloc
+/// mapped before `main`) unless `MIMALLOC_ALLOW_THP` says otherwise.
+fn no_transparent_huge_pages() {
+    #[cfg(target_os = "linux")]
+    if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
+        // SAFETY: a process attribute; no memory is touched. An error (an old kernel) leaves THP on.
+        unsafe {
+            libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
         }
     }
 }
