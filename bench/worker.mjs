@@ -270,6 +270,9 @@ const http = await serveStatic({ "/": page }, {
   routes: {
     "/__cpu": (url, res) => {
       marks.set(url.searchParams.get("mark"), { at: performance.now(), cpu: snapshot(cpuRoots()) });
+      // BENCH_MARKS=1: each mark's CLOCK_MONOTONIC time in seconds on stderr, for `perf record -k mono`
+      // and `perf report --time START,END` over one phase.
+      if (process.env.BENCH_MARKS) console.error(`mark ${url.searchParams.get("mark")} ${(Number(process.hrtime.bigint()) / 1e9).toFixed(6)}`);
       res.writeHead(204).end();
     },
   },

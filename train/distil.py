@@ -35,7 +35,11 @@ Loss = (1 - cos(student, teacher))                              final vector
        for the texts whose teacher token states were kept (projected student states before pooling).
 Quantised forward throughout (ternary weights, int8 activations, STE) with --emb-format fake-quant of
 the embedding rows (default int4, the file format), AdamW, linear warm-up then cosine to 5 % of --lr,
-time-aware: progress = max(step/steps, train_time/budget).  Checkpoint every --ckpt-every steps to
+time-aware: progress = max(step/steps, train_time/budget), where a step counts at most 5x the median of the
+last 50 steps (a process stopped with SIGSTOP while a benchmark runs, or a JIT compile, is not training).
+--near F (issue 30, "near and far pairs"): a share F of each batch is the teacher-space nearest neighbours
+of the batch's first texts (searched among --near-cand draws of the same source and length bucket), the
+rest stays random: the relation term then ranks near pairs too, not only far ones.  Checkpoint every --ckpt-every steps to
 $TERN_WORK/<run>/ckpt_last.npz (params, Adam state, step, RNG, train time); --resume continues.
 Log: <run>/train.log, curve: <run>/curve.tsv (per-domain dev Spearman).  Output: <run>/student_final.npz
 (pack with train/pack.py --params).
@@ -214,6 +218,13 @@ def main():
     ap.add_argument("--extra-weight", default="",
                     help="share of each --extra domain among its draws, e.g. web=60,questions=25,dup=15 "
                          "(normalised; every domain of the set must be named; default: uniform over texts)")
+    ap.add_argument("--near", type=float, default=0.0,
+                    help="share of each batch drawn as teacher-space nearest neighbours of the batch's first "
+                         "texts (near pairs beside the random, far ones): 0.5 = 32 anchors of a batch of 128 "
+                         "each bring their nearest of --near-cand candidates from the same source and length "
+                         "bucket (issue 30: the relation term then sees the fine ranking the protocol measures)")
+    ap.add_argument("--near-cand", type=int, default=4096,
+                    help="candidates searched per step for --near (teacher vectors, one matrix product)")
     ap.add_argument("--save-best", action="store_true",
                     help="keep <run>/student_best.npz at the best dev mean (dev.tsv only)")
     args = ap.parse_args()
@@ -403,13 +414,30 @@ def main():
             tm[r, :n] = 1.0
         return tt, tm
 
+    def with_neighbours(sampler, b, idx):
+        """The batch with its last round(near/2 * B) texts replaced by the teacher-space nearest
+        neighbours of its first ones, searched among --near-cand draws of the same sampler and bucket."""
+        k = int(round(len(idx) * args.near / 2))
+        if k == 0:
+            return idx
+        anchors = idx[:k]
+        cand = sampler.draw(rng, b, args.near_cand)
+        sim = y[cand] @ y[anchors].T
+        sim[cand[:, None] == anchors[None, :]] = -2.0
+        return np.concatenate([idx[:len(idx) - k], cand[np.argmax(sim, 0)]])
+
+    if args.near and args.extra_mix != "step":
+        sys.exit("--near needs --extra-mix step (a batch from one source and bucket)")
+    if args.near and not 0 < args.near <= 1:
+        sys.exit("--near is a share of the batch, in (0, 1]")
     if step == 0:
         evaluate(0, float("nan"))
-    losses, t0, n_extra = [], time.time(), 0
+    losses, t0, n_extra, recent = [], time.time(), 0, []
     while progress(step, train_time) < 1.0:
         ts = time.time()
         lr = lr_at(progress(step, train_time))
-        if extra is not None and args.extra_mix == "step" and rng.random_sample() < args.extra_share:
+        drew_extra = extra is not None and args.extra_mix == "step" and rng.random_sample() < args.extra_share
+        if drew_extra:
             b = extra.bucket(rng)
             idx = extra.draw(rng, b, args.batch)
             n_extra += 1
@@ -420,6 +448,8 @@ def main():
                 b = TR.bucket_of(max(len(ids[k]) for k in idx))
             else:
                 idx = pool.draw(rng, b, args.batch)
+        if args.near > 0 and args.extra_mix == "step":
+            idx = with_neighbours(extra if drew_extra else pool, b, idx)
         a, m = TR.pad([ids[k] for k in idx], b)
         tt, tm = token_targets(idx, b)
         params, opt_state, loss, aux = train_step(params, opt_state, jnp.asarray(a), jnp.asarray(m),
@@ -427,7 +457,11 @@ def main():
                                                   jnp.float32(lr), args.emb_format)
         step += 1
         losses.append(float(loss))
-        train_time += time.time() - ts
+        dt = time.time() - ts
+        recent.append(dt)
+        if len(recent) > 50:
+            recent.pop(0)
+        train_time += min(dt, 5 * float(np.median(recent))) if len(recent) >= 10 else dt
         if step % 20 == 0:
             log(run_dir, f"step {step} progress {progress(step, train_time):.3f} loss {np.mean(losses[-20:]):.4f} "
                          f"(cos {float(aux[0]):.4f} rel {float(aux[1]):.5f} tok {float(aux[2]):.4f}) lr {lr:.2e} "

@@ -11,6 +11,9 @@
 # realq2 (2026-12-04, from stage 9, more pool to win back docs/man; shipped as stage 10 — resumed
 # at step 1 900 with the budget cut from 180 to 105 so the schedule ended within the session):
 #   RUN=realq2 BUDGET=105 EXTRA_SHARE=0.35 LR=2e-4 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# realq4 (2026-12-04 evening, issue 30's "near and far pairs"): realq3's recipe from stage 10 with a quarter of
+# every batch the teacher-space nearest neighbours of another quarter (distil.py --near 0.5):
+#   RUN=realq4 BUDGET=80 EXTRA_SHARE=0.35 LR=2e-4 NEAR=0.5 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # Needs run_real.sh's and run_broad.sh's data; labels what is missing first
 # (pool shards, realq shards: both resumable, a no-op when complete).  One process, nice 19, 2 threads.
 set -euo pipefail
@@ -21,7 +24,7 @@ RUN="${RUN:-realq1}"
 BUDGET="${BUDGET:-180}"
 mkdir -p "$W/$RUN"
 if [ "${DETACH:-0}" = 1 ]; then
-  DETACH=0 RUN="$RUN" BUDGET="$BUDGET" EXTRA_SHARE="${EXTRA_SHARE:-0.5}" LR="${LR:-3e-4}" setsid nohup bash "$0" >> "$W/$RUN/run.log" 2>&1 < /dev/null &
+  DETACH=0 RUN="$RUN" BUDGET="$BUDGET" EXTRA_SHARE="${EXTRA_SHARE:-0.5}" LR="${LR:-3e-4}" NEAR="${NEAR:-}" setsid nohup bash "$0" >> "$W/$RUN/run.log" 2>&1 < /dev/null &
   echo "started in the background (pid $!); log: $W/$RUN/train.log, script output: $W/$RUN/run.log"
   exit 0
 fi
@@ -43,5 +46,6 @@ for d in web questions dup; do $PY train/pool.py append-dev $d; done
 $PY train/distil.py --init models/ternlight-int4.bin --run "$RUN" --resume \
   --extra realq_train --extra-weight web=60,questions=25,dup=15 --extra-share "${EXTRA_SHARE:-0.5}" --extra-mix step \
   --domain-weight faq=6,queries=1.3,webq=1.5,ents=1.5 \
-  --lr "${LR:-3e-4}" --warmup-frac 0.01 --time-budget "$BUDGET" --ckpt-every 100 --eval-every 200 --save-best
+  --lr "${LR:-3e-4}" --warmup-frac 0.01 --time-budget "$BUDGET" --ckpt-every 100 --eval-every 200 --save-best \
+  ${NEAR:+--near "$NEAR"}
 echo "$(date -u '+%F %T') run_realq.sh: done"
