@@ -39,7 +39,10 @@ time-aware: progress = max(step/steps, train_time/budget), where a step counts a
 last 50 steps (a process stopped with SIGSTOP while a benchmark runs, or a JIT compile, is not training).
 --near F (issue 30, "near and far pairs"): a share F of each batch is the teacher-space nearest neighbours
 of the batch's first texts (searched among --near-cand draws of the same source and length bucket), the
-rest stays random: the relation term then ranks near pairs too, not only far ones.  Checkpoint every --ckpt-every steps to
+rest stays random: the relation term then ranks near pairs too, not only far ones.
+--ema D: the weights evaluated, selected (--save-best) and saved are an exponential moving average of the
+trained ones (decay D per step), checkpointed beside them (<run>/ema_last.npz).
+Checkpoint every --ckpt-every steps to
 $TERN_WORK/<run>/ckpt_last.npz (params, Adam state, step, RNG, train time); --resume continues.
 Log: <run>/train.log, curve: <run>/curve.tsv (per-domain dev Spearman).  Output: <run>/student_final.npz
 (pack with train/pack.py --params).
@@ -225,6 +228,10 @@ def main():
                          "bucket (issue 30: the relation term then sees the fine ranking the protocol measures)")
     ap.add_argument("--near-cand", type=int, default=4096,
                     help="candidates searched per step for --near (teacher vectors, one matrix product)")
+    ap.add_argument("--ema", type=float, default=0.0,
+                    help="keep an exponential moving average of the weights with this decay per step (e.g. "
+                         "0.999, a horizon of ~1 000 steps) and evaluate, select and save it instead of the "
+                         "raw weights (<run>/ema_last.npz beside each checkpoint)")
     ap.add_argument("--save-best", action="store_true",
                     help="keep <run>/student_best.npz at the best dev mean (dev.tsv only)")
     args = ap.parse_args()
@@ -319,6 +326,7 @@ def main():
                      optax.add_decayed_weights(args.wd, mask=wd_mask))
     opt_state = tx.init(params)
     step, train_time = 0, 0.0
+    ema = None  # the moving average (--ema): the checkpoint's, else the weights it starts from
     rng = np.random.RandomState(args.seed)
     ck = os.path.join(run_dir, "ckpt_last.npz")
     curve = os.path.join(run_dir, "curve.tsv")
@@ -327,6 +335,8 @@ def main():
         rng.set_state((rs[0], np.array(rs[1], np.uint32), rs[2], rs[3], rs[4]))
         train_time = float(rs[5])
         log(run_dir, f"resumed from {ck} at step {step} ({train_time / 60:.1f} min of training)")
+        if args.ema and os.path.exists(os.path.join(run_dir, "ema_last.npz")):
+            ema = TR.params_from_npz(os.path.join(run_dir, "ema_last.npz"))
         aj = os.path.join(run_dir, "args.json")
         if os.path.exists(aj):
             old_args = json.load(open(aj))
@@ -338,6 +348,8 @@ def main():
             f.write("step\ttrain_min\tdev_mean_spearman\t" + "\t".join(dom_names) + "\tdev_cos\ttrain_loss\n")
         with open(os.path.join(run_dir, "args.json"), "w") as f:
             json.dump(vars(args), f, indent=1)
+    if ema is None:
+        ema = params
 
     def loss_fn(params, ids_b, mask, tgt, tok_t, tok_m, emb_format):
         e, ts = M.forward(params, ids_b, mask, quant=True, emb_format=emb_format, return_tokens=True)
@@ -373,7 +385,7 @@ def main():
 
     def evaluate(s, train_loss):
         nonlocal best
-        e = TR.embed_student(params, dev_ids, quant=True, emb_format=args.emb_format)
+        e = TR.embed_student(ema if args.ema else params, dev_ids, quant=True, emb_format=args.emb_format)
         sp = {}
         for d in dom_names:
             idx = np.where(dev_dom == d)[0]
@@ -388,7 +400,7 @@ def main():
             f.write(f"{s}\t{train_time / 60:.2f}\t{mean:.5f}\t" + "\t".join(f"{sp[d]:.5f}" for d in dom_names)
                     + f"\t{c:.5f}\t{train_loss:.5f}\n")
         if args.save_best and (best is None or mean > best["dev_mean"]) and s > 0:
-            TR.params_to_npz(os.path.join(run_dir, "student_best.npz"), params)
+            TR.params_to_npz(os.path.join(run_dir, "student_best.npz"), ema if args.ema else params)
             best = {"step": s, "train_min": round(train_time / 60, 2), "dev_mean": mean,
                     "dev": {d: round(float(v), 5) for d, v in sp.items()}}
             with open(best_json + ".tmp", "w") as f:
@@ -398,6 +410,8 @@ def main():
 
     def ckpt():
         st = rng.get_state()
+        if args.ema:  # first: a checkpoint never names a step the average has not reached
+            TR.params_to_npz(os.path.join(run_dir, "ema_last.npz"), ema)
         TR.save_ckpt(ck, params, opt_state, step, [st[0], st[1].tolist(), st[2], st[3], st[4], train_time])
 
     def token_targets(idx, L):
@@ -413,6 +427,10 @@ def main():
             tt[r, :n] = arr[a:a + n]
             tm[r, :n] = 1.0
         return tt, tm
+
+    @jax.jit
+    def ema_update(ema, params):
+        return jax.tree_util.tree_map(lambda e, p: args.ema * e + (1.0 - args.ema) * p, ema, params)
 
     def with_neighbours(sampler, b, idx):
         """The batch with its last round(near/2 * B) texts replaced by the teacher-space nearest
@@ -455,6 +473,8 @@ def main():
         params, opt_state, loss, aux = train_step(params, opt_state, jnp.asarray(a), jnp.asarray(m),
                                                   jnp.asarray(y[idx]), jnp.asarray(tt), jnp.asarray(tm),
                                                   jnp.float32(lr), args.emb_format)
+        if args.ema:
+            ema = ema_update(ema, params)
         step += 1
         losses.append(float(loss))
         dt = time.time() - ts
@@ -482,7 +502,7 @@ def main():
                          f"continue with --resume")
             return
     out = os.path.join(run_dir, "student_final.npz")
-    TR.params_to_npz(out, params)
+    TR.params_to_npz(out, ema if args.ema else params)
     log(run_dir, f"saved {out} at step {step}; {train_time / 60:.1f} min of training, "
                  f"{(time.time() - t_start) / 60:.1f} min wall")
 
