@@ -14,7 +14,7 @@
 
 use crate::attention::attention;
 use crate::kernels::{scalar, Kernel};
-use crate::math::{gelu, max_abs, round_half_away, sum_lanes, sum_sq_dev};
+use crate::math::{gelu, max_abs, round_half_away, small_int, sum_lanes, sum_sq_dev};
 use crate::model::{padded, BitMatrix, Weights};
 
 const LN_EPS: f32 = 1e-5;
@@ -113,8 +113,7 @@ fn quantize_row(x: &[f32], tmp: &mut [f32], q: &mut [i16]) -> f32 {
     let max = max_abs(&tmp[..n]);
     let s = 128.0 / if max > 1e-5 { max } else { 1e-5 };
     for (qi, &v) in q[..n].iter_mut().zip(&tmp[..n]) {
-        // Clamped first, so the conversion is exact and vectorises (i32x4.trunc_sat_f32x4_s).
-        *qi = round_half_away(v * s).clamp(-128.0, 127.0) as i32 as i16;
+        *qi = small_int(round_half_away(v * s).clamp(-128.0, 127.0));
     }
     q[n..].fill(0);
     1.0 / s
