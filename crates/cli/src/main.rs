@@ -27,13 +27,13 @@ fn main() -> ExitCode {
 }
 
 /// mimalloc v3 asks the kernel for transparent huge pages (`MADV_HUGEPAGE`) for its arenas, so
-/// the first touch of a fresh or purged 2 MiB region has the kernel zero all of it: 22–35 % of
-/// `ternflow bench-server`'s samples under `perf`, and its enqueue rate halved on about half of
-/// the runs (enqueue 54–113 k jobs/s with huge pages, 106–147 k without, 4 runs each, flushed
-/// Redis; docs/benchmarks.md). A server's heap is small and churns: it loses nothing by 4 KiB
-/// pages (Redis asks for THP off for the same reason). This turns them off for this process
-/// (`PR_SET_THP_DISABLE`, checked by the kernel at every page fault, so it covers what mimalloc
-/// mapped before `main`) unless `MIMALLOC_ALLOW_THP` says otherwise.
+/// the first touch of a fresh or purged 2 MiB region has the kernel zero all of it: most of
+/// `ternflow bench-server`'s own CPU under `perf`, and an enqueue rate that halved on some runs
+/// (the measurement: docs/server.md, "Transparent huge pages off"). A server's heap is small and
+/// churns: it loses nothing by 4 KiB pages (Redis asks for THP off for the same reason). This
+/// turns them off for this process (`PR_SET_THP_DISABLE`, checked by the kernel at every page
+/// fault, so it covers what mimalloc mapped before `main`) unless `MIMALLOC_ALLOW_THP` is set.
+/// Tested in `tests/process.rs`.
 fn no_transparent_huge_pages() {
     #[cfg(target_os = "linux")]
     if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
