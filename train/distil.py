@@ -466,7 +466,7 @@ def main():
                 b = TR.bucket_of(max(len(ids[k]) for k in idx))
             else:
                 idx = pool.draw(rng, b, args.batch)
-        if args.near > 0 and args.extra_mix == "step":
+        if args.near:
             idx = with_neighbours(extra if drew_extra else pool, b, idx)
         a, m = TR.pad([ids[k] for k in idx], b)
         tt, tm = token_targets(idx, b)

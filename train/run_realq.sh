@@ -13,7 +13,8 @@
 #   RUN=realq2 BUDGET=105 EXTRA_SHARE=0.35 LR=2e-4 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # realq4 (2026-12-04 evening, issue 30's "near and far pairs"): realq3's recipe from stage 10 with a quarter of
 # every batch the teacher-space nearest neighbours of another quarter (distil.py --near 0.5):
-#   RUN=realq4 BUDGET=80 EXTRA_SHARE=0.35 LR=2e-4 NEAR=0.5 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# (shipped as stage 11; started with BUDGET=80, resumed at step 2 100 with 65 so it ended in the session):
+#   RUN=realq4 BUDGET=65 EXTRA_SHARE=0.35 LR=2e-4 NEAR=0.5 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # Needs run_real.sh's and run_broad.sh's data; labels what is missing first
 # (pool shards, realq shards: both resumable, a no-op when complete).  One process, nice 19, 2 threads.
 set -euo pipefail
