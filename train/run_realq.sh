@@ -25,10 +25,13 @@ RUN="${RUN:-realq1}"
 BUDGET="${BUDGET:-180}"
 mkdir -p "$W/$RUN"
 if [ "${DETACH:-0}" = 1 ]; then
-  DETACH=0 RUN="$RUN" BUDGET="$BUDGET" EXTRA_SHARE="${EXTRA_SHARE:-0.5}" LR="${LR:-3e-4}" NEAR="${NEAR:-}" EMA="${EMA:-}" setsid nohup bash "$0" >> "$W/$RUN/run.log" 2>&1 < /dev/null &
+  DETACH=0 RUN="$RUN" BUDGET="$BUDGET" EXTRA_SHARE="${EXTRA_SHARE:-0.5}" LR="${LR:-3e-4}" NEAR="${NEAR:-}" EMA="${EMA:-}" DETACHED=1 setsid nohup bash "$0" >> "$W/$RUN/run.log" 2>&1 < /dev/null &
   echo "started in the background (pid $!); log: $W/$RUN/train.log, script output: $W/$RUN/run.log"
   exit 0
 fi
+# Detached, the run is its own session and so its own scheduler autogroup, where `nice` alone does
+# nothing against other sessions' processes (cargo, benchmarks): lower the whole group instead.
+[ "${DETACHED:-0}" = 1 ] && { echo 19 > /proc/self/autogroup; } 2>/dev/null || true
 exec 9> "$W/$RUN/.lock"
 flock -n 9 || { echo "$W/$RUN is already being trained by another process"; exit 1; }
 echo "$(date -u '+%F %T') run_realq.sh: RUN=$RUN BUDGET=$BUDGET pid $$"
