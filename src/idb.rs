@@ -227,9 +227,12 @@ impl Inner {
     async fn put_records(&self, records: &[&Record]) -> Result<(), IdbError> {
         let tx = self.db.transaction(&[STORE], TransactionMode::ReadWrite)?;
         let store = tx.store(STORE)?;
-        for r in records {
-            store.put(&encode(r), None).await?;
-        }
+        // Every put issued at once and only the last one awaited (a failed put aborts the
+        // transaction, which `done` reports): awaiting each in turn cost a round trip to the
+        // browser's IndexedDB backend per record.
+        store
+            .put_all(records.iter().map(|r| (encode(r), None)))
+            .await?;
         let added = u32::try_from(records.len()).unwrap_or(u32::MAX);
         let bound = self.upper_bound.get().map(|n| n.saturating_add(added));
         let n = match bound {
