@@ -246,8 +246,10 @@ impl Inner {
                 .index(BY_USE)?
                 .get_all_keys(None, Some(excess))
                 .await?;
-            for k in oldest {
-                store.delete(k).await?;
+            // Issued together, as the puts above (a full cache evicts on every write).
+            let deletes = oldest.into_iter().map(|k| store.delete(k));
+            for r in futures_util::future::join_all(deletes).await {
+                r?;
             }
             self.evicted.set(self.evicted.get() + u64::from(excess));
             kept = self.max_entries;
@@ -308,8 +310,9 @@ impl IdbCache {
             .db
             .transaction(&[STORE], TransactionMode::ReadWrite)?;
         let store = tx.store(STORE)?;
-        for k in keys {
-            store.delete(JsValue::from_str(k)).await?;
+        let deletes = keys.iter().map(|k| store.delete(JsValue::from_str(k)));
+        for r in futures_util::future::join_all(deletes).await {
+            r?;
         }
         tx.done().await?;
         Ok(())
