@@ -123,12 +123,14 @@ try {
   // events a producer subscribes to (the stream is open before the jobs start, and costs the
   // machine nothing while it waits, unlike polling the status of every job).
   // Resolves (once the stream is open) to a promise of that.
-  const allFinished = (ids) => new Promise((opened, failed) => {
+  // events gets [time, jobs done so far] at each finished event, for the fill figure below.
+  const allFinished = (ids, events = []) => new Promise((opened, failed) => {
     const left = new Set(ids);
     const es = new EventSource(cfg.api + "/v1/events?token=" + encodeURIComponent(cfg.token));
     const done = new Promise((res, rej) => es.addEventListener("finished", (e) => {
       const f = JSON.parse(e.data);
       for (const id of f.done ?? []) left.delete(id);
+      events.push([performance.now(), ids.length - left.size]);
       for (const id of f.dead ?? []) { es.close(); rej(new Error("job dead: " + id)); }
       if (left.size === 0) { es.close(); res(); }
     }));
@@ -153,17 +155,22 @@ try {
   // 3. The bare engine and the 0 %-hits queue in turn, R times.
   const queue0 = async (i) => {
     const ids = await enqueue(queueSets[i].map((text) => ({ text })));
-    const finished = await allFinished(ids);
+    const events = [];
+    const finished = await allFinished(ids, events);
     await mark("q0-start-" + i);
     const t0 = performance.now();
     await Promise.all(qs.map((w) => w.start(cfg.concurrency ? { concurrency: cfg.concurrency } : {})));
     await finished.done;
     const ms = performance.now() - t0;
+    // Fill: start() to the first finished event; steady: the jobs after the first event over
+    // the time after it (what the queue sustains once running, without the pipeline's fill).
+    const [tFirst, nFirst] = events[0];
+    fills.push({ fillMs: tFirst - t0, steadyRate: (ids.length - nFirst) * 1000 / (t0 + ms - tFirst) });
     await mark("q0-end-" + i);
     await Promise.all(qs.map((w) => w.stop({ deadline: 5000 })));
     return ms;
   };
-  const bares = [], queueRuns = [];
+  const bares = [], queueRuns = [], fills = [];
   for (let i = 0; i < cfg.repeat; i++) {
     bares.push(await bare(i));
     queueRuns.push(await queue0(i));
@@ -202,7 +209,7 @@ try {
   const runId = Date.now().toString(36);
   if (cfg.workers > 1) {
     q.terminate();
-    window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), idbBatchItem, queueMs, queueRuns, n: queueTexts.length, stats, memory };
+    window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), idbBatchItem, queueMs, queueRuns, fills, n: queueTexts.length, stats, memory };
     throw "done";
   }
   // 100 % remote hits: the same texts under new job ids, a fresh worker (local cache empty). The
@@ -239,7 +246,7 @@ try {
   // 0 % hits with producer-chosen job ids (their lease guards them, as it does default ids).
   const explicitIds = await drain(q3, "ex-" + runId + "-", halfNew.map((t) => t + " x"));
   q3.terminate();
-  window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), idbBatchItem, queueMs, queueRuns, n: queueTexts.length, stats, memory, localHits, remoteHits, halfHits, explicitIds };
+  window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), idbBatchItem, queueMs, queueRuns, fills, n: queueTexts.length, stats, memory, localHits, remoteHits, halfHits, explicitIds };
 } catch (e) { if (e !== "done") window.__error = String(e && e.stack || e); }
 </script>`;
 
@@ -293,6 +300,9 @@ try {
   console.log(`chromium ${browser.version()}, model ${r.raw.modelId}, n=${args.n}, ${args.workers} worker(s), concurrency ${args.concurrency ?? "default (128)"}, engine ${r.stats.gauges.engine_in_worker === 1 ? "in its own worker" : "on the worker's thread"}`);
   console.log(`bare engine in a worker: ${rawRate.toFixed(1)} embeds/s${args.workers > 1 ? ` (the sum of ${args.workers} workers)` : ""} (median of ${args.repeat}: ${r.raw.rates.map((x) => x.toFixed(1)).join(", ")})`);
   console.log(`end-to-end queue (claim, local cache, embed, local write, ack carrying the remote write; 0% hits): ${queueRate.toFixed(1)} jobs/s = ${share.toFixed(1)}% of bare engine (median of ${args.repeat} pairs: ${shares.map((x) => x.toFixed(1) + "%").join(", ")})`);
+  const med = (a) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)];
+  const steady = r.fills.map((f, i) => (100 * f.steadyRate) / r.raw.rates[i]);
+  console.log(`  of which fill (start() to the first job done): median ${med(r.fills.map((f) => f.fillMs)).toFixed(1)} ms (${r.fills.map((f) => f.fillMs.toFixed(1)).join(", ")}); after it ${med(steady).toFixed(1)}% of bare engine (median of ${steady.length} pairs: ${steady.map((x) => x.toFixed(1) + "%").join(", ")})`);
   console.log(`CPU, bare engine (incl. model load and warm-up; per embed of each worker): ${cpuLine("bare", args.n * args.workers)}`);
   console.log(`CPU, end-to-end queue at 0% hits: ${cpuLine("q0", r.n)}`);
   const c = r.stats.counters;
