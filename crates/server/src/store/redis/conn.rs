@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use super::store_err;
@@ -284,9 +283,20 @@ fn redirected(reply: &redis::RedisResult<Vec<Value>>) -> bool {
     }
 }
 
-/// The first key of a pipeline's first command (its first argument after the name).
+/// The first key of a pipeline's first command (its first argument after the name; after the
+/// script and the key count for `EVALSHA` / `EVAL`).
 fn first_key(pipeline: &Pipeline) -> Option<Vec<u8>> {
-    match pipeline.cmd_iter().next()?.args_iter().nth(1)? {
+    let mut args = pipeline.cmd_iter().next()?.args_iter();
+    let name = match args.next()? {
+        redis::Arg::Simple(n) => n.to_ascii_uppercase(),
+        _ => return None,
+    };
+    let at = if name == b"EVALSHA" || name == b"EVAL" {
+        2
+    } else {
+        0
+    };
+    match args.nth(at)? {
         redis::Arg::Simple(k) => Some(k.to_vec()),
         _ => None,
     }
@@ -316,41 +326,19 @@ impl Durability {
     }
 }
 
-impl Conn {
-    /// `WAIT replicas timeout` on the master that owns `key`'s slot, through the connection the
-    /// write went through (`WAIT` covers every write sent before it on that connection).
-    ///
-    /// # Errors
-    /// [`Error::Store`] (answered as `store_unavailable`) when fewer replicas acknowledged in
-    /// time: the write is not confirmed.
-    pub(super) async fn wait_replicas(&mut self, key: &str, d: Durability) -> Result<()> {
-        if d.replicas == 0 {
-            return Ok(());
-        }
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(d.replicas).arg(d.timeout.as_millis() as u64);
-        let got: Value = match self {
-            Conn::Single(c) => cmd.query_async(c).await,
-            Conn::Cluster(h) => {
-                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                    Route::with_key(key, SlotAddr::Master),
-                ));
-                let r = h.conn().route_command(cmd, route).await;
-                h.note(&r).await;
-                r
-            }
-        }
-        .map_err(store_err)?;
-        let n: u64 =
-            redis::from_redis_value(got).map_err(|e| store_err(redis::RedisError::from(e)))?;
-        if n < u64::from(d.replicas) {
-            return Err(Error::Store(format!(
-                "redis: the write reached {n} of {} replicas within {} ms (not confirmed; \
-                 retrying it is safe)",
-                d.replicas,
-                d.timeout.as_millis()
-            )));
-        }
-        Ok(())
+/// Whether a `WAIT` that answered `n` replicas confirms a write under `d`.
+///
+/// # Errors
+/// [`Error::Store`] (answered as `store_unavailable`) when fewer replicas acknowledged in time:
+/// the write is not confirmed.
+pub(super) fn confirmed(n: u64, d: Durability) -> Result<()> {
+    if n < u64::from(d.replicas) {
+        return Err(Error::Store(format!(
+            "redis: the write reached {n} of {} replicas within {} ms (not confirmed; \
+             retrying it is safe)",
+            d.replicas,
+            d.timeout.as_millis()
+        )));
     }
+    Ok(())
 }

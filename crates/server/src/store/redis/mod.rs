@@ -260,12 +260,6 @@ impl RedisStore {
         self
     }
 
-    /// Waits until the store's [`Durability`] holds for the writes sent so far.
-    async fn confirm(&self) -> Result<()> {
-        let mut con = self.con.clone();
-        con.wait_replicas(&self.k("seq"), self.durability).await
-    }
-
     /// Lets Redis delete finished jobs `ms` after their ack (`PEXPIRE`, Redis' own clock); a
     /// forgotten id may be enqueued again. Default: keep them forever.
     pub fn with_done_retention(mut self, ms: u64) -> Self {
@@ -285,6 +279,44 @@ impl RedisStore {
         args(&mut inv);
         let mut con = self.con.clone();
         inv.invoke_async(&mut con).await.map_err(store_err)
+    }
+
+    /// [`invoke`](Self::invoke) for a write that is confirmed only once the store's
+    /// [`Durability`] holds for it: the script and `WAIT` go as one pipeline, so the `WAIT` runs
+    /// on the connection and the node that ran the script, right after it. (A `WAIT` sent on its
+    /// own could be retried by the cluster client on the promoted replica after a failover, or
+    /// go through a replaced connection, and count replicas of writes that did not include this
+    /// one: seen as confirmed acks and enqueues lost in `tests/redis_failover.rs`.) A pipeline
+    /// that fails is not confirmed; every confirmed write is idempotent, so the caller retries it.
+    async fn invoke_confirmed<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
+    ) -> Result<T> {
+        let d = self.durability;
+        if d.replicas == 0 {
+            return self.invoke(script, args).await;
+        }
+        let mut inv = script.prepare_invoke();
+        inv.arg(&self.prefix);
+        args(&mut inv);
+        let mut pipe = redis::pipe();
+        pipe.invoke_script(&inv)
+            .cmd("WAIT")
+            .arg(d.replicas)
+            .arg(d.timeout.as_millis() as u64);
+        let mut con = self.con.clone();
+        let reply: redis::RedisResult<(T, u64)> = pipe.query_async(&mut con).await;
+        let (out, n) = match reply {
+            // A node that has not seen the script yet (a promoted replica): load it there, once.
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                inv.load_async(&mut con).await.map_err(store_err)?;
+                pipe.query_async(&mut con).await.map_err(store_err)?
+            }
+            r => r.map_err(store_err)?,
+        };
+        conn::confirmed(n, d)?;
+        Ok(out)
     }
 
     /// The key of one of the store's own structures (`{P}:ready`, `{P}:fence`, …).
@@ -332,7 +364,7 @@ impl QueueStore for RedisStore {
             return Ok(Vec::new());
         }
         let flags: Vec<String> = self
-            .invoke(&self.scripts.enqueue, |inv| {
+            .invoke_confirmed(&self.scripts.enqueue, |inv| {
                 inv.key(self.k("ready"))
                     .key(self.k("delayed"))
                     .key(self.k("seq"))
@@ -350,7 +382,6 @@ impl QueueStore for RedisStore {
                 }
             })
             .await?;
-        self.confirm().await?;
         Ok(jobs
             .into_iter()
             .zip(flags)
@@ -488,7 +519,7 @@ impl QueueStore for RedisStore {
         let result = serde_json::to_string(&result)
             .map_err(|e| Error::Store(format!("encode result: {e}")))?;
         let out: Vec<String> = self
-            .invoke(&self.scripts.ack, |i| {
+            .invoke_confirmed(&self.scripts.ack, |i| {
                 i.key(self.key("job", id))
                     .key(self.key("hist", id))
                     .key(self.k("leased"))
@@ -504,7 +535,6 @@ impl QueueStore for RedisStore {
                     .arg(&model);
             })
             .await?;
-        self.confirm().await?;
         let fields: Vec<&String> = out.iter().collect();
         ack_outcome(&fields)
     }
@@ -521,7 +551,7 @@ impl QueueStore for RedisStore {
             );
         }
         let out: Vec<String> = self
-            .invoke(&self.scripts.ack_many, |i| {
+            .invoke_confirmed(&self.scripts.ack_many, |i| {
                 i.key(self.k("leased")).key(self.k("done")).arg(
                     self.done_retention_ms
                         .map(|ms| ms.to_string())
@@ -537,7 +567,6 @@ impl QueueStore for RedisStore {
                 }
             })
             .await?;
-        self.confirm().await?;
         let mut outcomes = Vec::with_capacity(acks.len());
         let mut rest = out.iter();
         while let Some(n) = rest.next() {
@@ -564,7 +593,7 @@ impl QueueStore for RedisStore {
         let errjson = serde_json::to_string(&error)
             .map_err(|e| Error::Store(format!("encode error: {e}")))?;
         let out: Vec<String> = self
-            .invoke(&self.scripts.nack, |i| {
+            .invoke_confirmed(&self.scripts.nack, |i| {
                 i.key(self.key("job", id))
                     .key(self.key("hist", id))
                     .key(self.k("leased"))
@@ -579,7 +608,6 @@ impl QueueStore for RedisStore {
                     .arg(now);
             })
             .await?;
-        self.confirm().await?;
         Ok(match out.first().map(String::as_str) {
             Some("dead") => Some(NackResponse::Dead),
             Some("retry") => Some(NackResponse::Retry {
@@ -670,7 +698,7 @@ impl QueueStore for RedisStore {
 
     async fn redrive(&self, id: &str, _now: u64) -> Result<bool> {
         let n: i64 = self
-            .invoke(&self.scripts.redrive, |i| {
+            .invoke_confirmed(&self.scripts.redrive, |i| {
                 i.key(self.key("job", id))
                     .key(self.k("dlq"))
                     .key(self.k("ready"))
@@ -678,7 +706,6 @@ impl QueueStore for RedisStore {
                     .arg(id);
             })
             .await?;
-        self.confirm().await?;
         Ok(n == 1)
     }
 
