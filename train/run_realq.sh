@@ -15,6 +15,9 @@
 # every batch the teacher-space nearest neighbours of another quarter (distil.py --near 0.5):
 # (shipped as stage 11; started with BUDGET=80, resumed at step 2 100 with 65 so it ended in the session):
 #   RUN=realq4 BUDGET=65 EXTRA_SHARE=0.35 LR=2e-4 NEAR=0.5 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# realq5 (2026-12-05, shipped as stage 12): realq4's recipe from stage 11, the weights' moving average
+# evaluated, selected and saved (distil.py --ema 0.999):
+#   RUN=realq5 BUDGET=55 EXTRA_SHARE=0.35 LR=2e-4 NEAR=0.5 EMA=0.999 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # Needs run_real.sh's and run_broad.sh's data; labels what is missing first
 # (pool shards, realq shards: both resumable, a no-op when complete).  One process, nice 19, 2 threads.
 set -euo pipefail
