@@ -267,18 +267,28 @@ impl RedisStore {
         self
     }
 
-    /// Runs `script` with the key prefix as its first argument, then what `args` adds: the one
-    /// place a script is invoked.
+    /// Runs `script` with the key prefix as its first argument, then what `args` adds (writes
+    /// that must be confirmed go through [`invoke_confirmed`](Self::invoke_confirmed)).
     async fn invoke<T: redis::FromRedisValue>(
         &self,
         script: &Script,
         args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
     ) -> Result<T> {
+        let inv = self.prepared(script, args);
+        let mut con = self.con.clone();
+        inv.invoke_async(&mut con).await.map_err(store_err)
+    }
+
+    /// `script`'s invocation: the key prefix as its first argument, then what `args` adds.
+    fn prepared<'s>(
+        &self,
+        script: &'s Script,
+        args: impl FnOnce(&mut redis::ScriptInvocation<'s>),
+    ) -> redis::ScriptInvocation<'s> {
         let mut inv = script.prepare_invoke();
         inv.arg(&self.prefix);
         args(&mut inv);
-        let mut con = self.con.clone();
-        inv.invoke_async(&mut con).await.map_err(store_err)
+        inv
     }
 
     /// [`invoke`](Self::invoke) for a write that is confirmed only once the store's
@@ -297,9 +307,7 @@ impl RedisStore {
         if d.replicas == 0 {
             return self.invoke(script, args).await;
         }
-        let mut inv = script.prepare_invoke();
-        inv.arg(&self.prefix);
-        args(&mut inv);
+        let inv = self.prepared(script, args);
         let mut pipe = redis::pipe();
         pipe.invoke_script(&inv)
             .cmd("WAIT")
