@@ -4,6 +4,7 @@
 import { readFileSync, readdirSync } from "node:fs";
 import { execFileSync } from "node:child_process";
 
+const PER_THREAD = process.env.BENCH_CPU_THREADS === "1";
 const HZ = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim()) || 100;
 
 // Fields after the parenthesised comm (which may hold spaces): state is field 3, ppid 4, utime 14, stime 15.
@@ -59,7 +60,10 @@ export function snapshot(roots) {
         try {
           const t = stat(`/proc/${pid}/task/${tid}/stat`);
           // Worker threads are numbered in their names; the number says nothing across runs.
-          const key = `${label}/${type}/${t.comm.replace(/[\d/]+$/, "")}`;
+          // BENCH_CPU_THREADS=1 keeps one row per web worker thread (its tid), to tell the
+          // pipeline's thread from its engine worker's.
+          const name = t.comm.replace(/[\d/]+$/, "");
+          const key = `${label}/${type}/${name}${PER_THREAD && name === "DedicatedWorker" ? "#" + tid : ""}`;
           out.set(key, (out.get(key) ?? 0) + (t.ticks * 1000) / HZ);
         } catch {}
       }

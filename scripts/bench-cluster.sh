@@ -17,10 +17,13 @@ TMP=$(mktemp -d)
 cleanup() { xargs -r kill -9 < "$TMP/pids" 2>/dev/null || true; rm -rf "$TMP"; }
 trap cleanup EXIT
 touch "$TMP/pids"
-BASE=$((20000 + RANDOM % 20000))
+# Ports BASE..BASE+35 and their cluster bus ports (+10000) stay below Linux's ephemeral range
+# (32768 up), where an outgoing connection could hold one: 20000 + up to 2400 + 10035 < 32768.
+BASE=$((20000 + RANDOM % 2400))
 
 node() { # node PORT [cluster]: a redis-server on PORT
   local dir=$TMP/$1; mkdir -p "$dir"
+  if redis-cli -p "$1" ping >/dev/null 2>&1; then echo "port $1 is already taken by a Redis" >&2; exit 1; fi
   local extra=()
   [ "${2:-}" = cluster ] && extra=(--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000)
   redis-server --port "$1" --bind 127.0.0.1 --dir "$dir" --save '' --appendonly no "${extra[@]}" >/dev/null 2>&1 &

@@ -18,6 +18,9 @@
 # realq5 (2026-12-05, shipped as stage 12): realq4's recipe from stage 11, the weights' moving average
 # evaluated, selected and saved (distil.py --ema 0.999):
 #   RUN=realq5 BUDGET=55 EXTRA_SHARE=0.35 LR=2e-4 NEAR=0.5 EMA=0.999 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# realq6 (2026-12-05, from stage 12): half of every batch near pairs, a new data order (SEED; a run
+# from the next stage with the same seed replays the batches its predecessor saw, in the same order):
+#   RUN=realq6 BUDGET=90 EXTRA_SHARE=0.35 LR=2e-4 NEAR=1 EMA=0.999 SEED=6 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # Needs run_real.sh's and run_broad.sh's data; labels what is missing first
 # (pool shards, realq shards: both resumable, a no-op when complete).  One process, nice 19, 2 threads.
 set -euo pipefail
@@ -28,7 +31,7 @@ RUN="${RUN:-realq1}"
 BUDGET="${BUDGET:-180}"
 mkdir -p "$W/$RUN"
 if [ "${DETACH:-0}" = 1 ]; then
-  DETACH=0 RUN="$RUN" BUDGET="$BUDGET" EXTRA_SHARE="${EXTRA_SHARE:-0.5}" LR="${LR:-3e-4}" NEAR="${NEAR:-}" EMA="${EMA:-}" DETACHED=1 setsid nohup bash "$0" >> "$W/$RUN/run.log" 2>&1 < /dev/null &
+  DETACH=0 RUN="$RUN" BUDGET="$BUDGET" EXTRA_SHARE="${EXTRA_SHARE:-0.5}" LR="${LR:-3e-4}" NEAR="${NEAR:-}" EMA="${EMA:-}" SEED="${SEED:-0}" DETACHED=1 setsid nohup bash "$0" >> "$W/$RUN/run.log" 2>&1 < /dev/null &
   echo "started in the background (pid $!); log: $W/$RUN/train.log, script output: $W/$RUN/run.log"
   exit 0
 fi
@@ -54,5 +57,5 @@ $PY train/distil.py --init models/ternlight-int4.bin --run "$RUN" --resume \
   --extra realq_train --extra-weight web=60,questions=25,dup=15 --extra-share "${EXTRA_SHARE:-0.5}" --extra-mix step \
   --domain-weight faq=6,queries=1.3,webq=1.5,ents=1.5 \
   --lr "${LR:-3e-4}" --warmup-frac 0.01 --time-budget "$BUDGET" --ckpt-every 100 --eval-every 200 --save-best \
-  ${NEAR:+--near "$NEAR"} ${EMA:+--ema "$EMA"}
+  --seed "${SEED:-0}" ${NEAR:+--near "$NEAR"} ${EMA:+--ema "$EMA"}
 echo "$(date -u '+%F %T') run_realq.sh: done"
