@@ -11,15 +11,17 @@
 #   - the engine natively and in node, against the reference Ternlight engine (built from the clone
 #     in TERNLIGHT_DIR and measured in the same process, bench/reference.sh; else its published figures);
 #   - the npm package's sizes.
-# Usage: scripts/bench.sh [--out docs/benchmarks.md] [--n 600]
+# Usage: scripts/bench.sh [--out docs/benchmarks.md] [--n 600] [--share-n 2400]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=docs/benchmarks.md
 N=600
+SHARE_N=2400
 while [ $# -gt 0 ]; do
   case $1 in
     --out) OUT=$2; shift 2 ;;
     --n) N=$2; shift 2 ;;
+    --share-n) SHARE_N=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -49,9 +51,12 @@ med() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
   echo "Every ratio below compares figures measured in this run, one after the other on the same machine."
   echo "This file is the script's output; rerun it rather than editing it."
 
-  section "Worker pipeline in headless Chromium (node bench/worker.mjs --n $N)"
-  # Five bare/queue pairs for the one-worker share (a run of three moves by ±10 points here).
-  node bench/worker.mjs --n "$N" --repeat 5 2>/dev/null
+  section "Worker pipeline in headless Chromium (node bench/worker.mjs --n $SHARE_N --repeat 5; --n $N for two workers)"
+  # Five bare/queue pairs for the one-worker share (a run of three moves by ±10 points here), on
+  # SHARE_N jobs: at ~650 embeds/s a phase of 600 lasted under a second, and its fill (start() to
+  # the first result, ~90 ms: latency, not throughput) weighed ~8 % of it; 2 400 last ~4 s, as
+  # 600 did when the engine ran 268/s.  The fill and the share after it are printed too.
+  node bench/worker.mjs --n "$SHARE_N" --repeat 5 2>/dev/null
   # One worker per core: each engine on its worker's thread (with an engine worker each, the
   # extra threads only add switching when every core already runs an engine: docs/worker.md).
   node bench/worker.mjs --n "$N" --workers "$(nproc)" --config '{"engineWorker":false}' 2>/dev/null | grep -E "^(chromium|bare|end-to-end|CPU)"
