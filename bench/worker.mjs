@@ -29,7 +29,8 @@ for (let i = 2; i < process.argv.length; i++) {
   else if (k === "--pkg") args.pkg = resolve(process.argv[++i]);
   else throw new Error(`unknown argument ${k}`);
 }
-const bin = resolve(root, "target/release/ternflow");
+// TERNFLOW_BIN: another server binary (an A/B of two builds).
+const bin = process.env.TERNFLOW_BIN ? resolve(process.env.TERNFLOW_BIN) : resolve(root, "target/release/ternflow");
 const tmp = mkdtempSync(join(tmpdir(), "ternflow-bench-"));
 let model = args.model ?? resolve(root, "models/ternlight-int4.bin");
 if (!existsSync(model)) {
