@@ -17,11 +17,13 @@ import { snapshot, diff, describe, children } from "./cpu.mjs";
 import { availableParallelism } from "node:os";
 import { freePort, launchChromium, pageResult, root, serveStatic } from "../scripts/harness.mjs";
 
-const args = { model: null, n: 300, concurrency: undefined, workers: 1, repeat: 3, config: undefined };
+const args = { model: null, n: 300, shareN: null, concurrency: undefined, workers: 1, repeat: 3, config: undefined };
 for (let i = 2; i < process.argv.length; i++) {
   const k = process.argv[i];
   if (k === "--model") args.model = process.argv[++i];
   else if (k === "--n") args.n = Number(process.argv[++i]);
+  // --share-n: jobs of each bare/0 %-hits pair (default --n); a longer phase weighs its fill less.
+  else if (k === "--share-n") args.shareN = Number(process.argv[++i]);
   else if (k === "--concurrency") args.concurrency = Number(process.argv[++i]);
   else if (k === "--workers") args.workers = Number(process.argv[++i]);
   else if (k === "--repeat") args.repeat = Number(process.argv[++i]);
@@ -57,11 +59,11 @@ for (let i = 0; i < 100; i++) {
 const page = `<!doctype html><meta charset="utf-8"><script type="module">
 import { EmbeddingWorker } from "/pkg/client.js";
 const cfg = ${JSON.stringify({ api, token, concurrency: args.concurrency, workers: args.workers, repeat: args.repeat, config: args.config })};
-const rawSets = ${JSON.stringify(Array.from({ length: args.repeat }, (_, i) => texts(`raw${i}-`, args.n)))};
-const queueSets = ${JSON.stringify(Array.from({ length: args.repeat }, (_, i) => texts(`queue${i}-`, args.n)))};
+const rawSets = ${JSON.stringify(Array.from({ length: args.repeat }, (_, i) => texts(`raw${i}-`, args.shareN ?? args.n)))};
+const queueSets = ${JSON.stringify(Array.from({ length: args.repeat }, (_, i) => texts(`queue${i}-`, args.shareN ?? args.n)))};
 const warm = ${JSON.stringify(texts("warm", 30))};
 const missTexts = ${JSON.stringify(texts("miss", args.n))};
-const queueTexts = queueSets[queueSets.length - 1];
+const queueTexts = queueSets[queueSets.length - 1].slice(0, ${args.n});
 const halfNew = ${JSON.stringify(texts("half", args.n))};
 const median = (a) => { const s = [...a].sort((x, y) => x - y); return s[Math.floor(s.length / 2)]; };
 try {
@@ -210,7 +212,7 @@ try {
   const runId = Date.now().toString(36);
   if (cfg.workers > 1) {
     q.terminate();
-    window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), idbBatchItem, queueMs, queueRuns, fills, n: queueTexts.length, stats, memory };
+    window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), idbBatchItem, queueMs, queueRuns, fills, n: queueTexts.length, shareN: queueSets[0].length, stats, memory };
     throw "done";
   }
   // 100 % remote hits: the same texts under new job ids, a fresh worker (local cache empty). The
@@ -247,7 +249,7 @@ try {
   // 0 % hits with producer-chosen job ids (their lease guards them, as it does default ids).
   const explicitIds = await drain(q3, "ex-" + runId + "-", halfNew.map((t) => t + " x"));
   q3.terminate();
-  window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), idbBatchItem, queueMs, queueRuns, fills, n: queueTexts.length, stats, memory, localHits, remoteHits, halfHits, explicitIds };
+  window.__result = { raw, missMedian: median(miss), hitMedian: median(hit), idbHitMedian: median(idbHit), idbBatchItem, queueMs, queueRuns, fills, n: queueTexts.length, shareN: queueSets[0].length, stats, memory, localHits, remoteHits, halfHits, explicitIds };
 } catch (e) { if (e !== "done") window.__error = String(e && e.stack || e); }
 </script>`;
 
@@ -294,18 +296,18 @@ const browser = await launchChromium([
 try {
   const r = await pageResult(browser, `${http.url}/`);
   const rawRate = r.raw.rate;
-  const queueRate = (r.n * 1000) / r.queueMs;
+  const queueRate = (r.shareN * 1000) / r.queueMs;
   // The share of the bare engine: the median over the R (bare, queue) pairs of their ratio.
-  const shares = r.queueRuns.map((ms, i) => (100 * r.n * 1000) / ms / r.raw.rates[i]);
+  const shares = r.queueRuns.map((ms, i) => (100 * r.shareN * 1000) / ms / r.raw.rates[i]);
   const share = [...shares].sort((x, y) => x - y)[Math.floor(shares.length / 2)];
-  console.log(`chromium ${browser.version()}, model ${r.raw.modelId}, n=${args.n}, ${args.workers} worker(s), concurrency ${args.concurrency ?? "default (128)"}, engine ${r.stats.gauges.engine_in_worker === 1 ? "in its own worker" : "on the worker's thread"}`);
+  console.log(`chromium ${browser.version()}, model ${r.raw.modelId}, n=${args.n}${r.shareN !== args.n ? ` (bare/0 %-hits pairs: ${r.shareN})` : ""}, ${args.workers} worker(s), concurrency ${args.concurrency ?? "default (128)"}, engine ${r.stats.gauges.engine_in_worker === 1 ? "in its own worker" : "on the worker's thread"}`);
   console.log(`bare engine in a worker: ${rawRate.toFixed(1)} embeds/s${args.workers > 1 ? ` (the sum of ${args.workers} workers)` : ""} (median of ${args.repeat}: ${r.raw.rates.map((x) => x.toFixed(1)).join(", ")})`);
   console.log(`end-to-end queue (claim, local cache, embed, local write, ack carrying the remote write; 0% hits): ${queueRate.toFixed(1)} jobs/s = ${share.toFixed(1)}% of bare engine (median of ${args.repeat} pairs: ${shares.map((x) => x.toFixed(1) + "%").join(", ")})`);
   const med = (a) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)];
   const steady = r.fills.map((f, i) => (100 * f.steadyRate) / r.raw.rates[i]);
   console.log(`  of which fill (start() to the first job done): median ${med(r.fills.map((f) => f.fillMs)).toFixed(1)} ms (${r.fills.map((f) => f.fillMs.toFixed(1)).join(", ")}); after it ${med(steady).toFixed(1)}% of bare engine (median of ${steady.length} pairs: ${steady.map((x) => x.toFixed(1) + "%").join(", ")})`);
-  console.log(`CPU, bare engine (incl. model load and warm-up; per embed of each worker): ${cpuLine("bare", args.n * args.workers)}`);
-  console.log(`CPU, end-to-end queue at 0% hits: ${cpuLine("q0", r.n)}`);
+  console.log(`CPU, bare engine (incl. model load and warm-up; per embed of each worker): ${cpuLine("bare", r.shareN * args.workers)}`);
+  console.log(`CPU, end-to-end queue at 0% hits: ${cpuLine("q0", r.shareN)}`);
   const c = r.stats.counters;
   console.log(`batches of the first worker at 0% hits (its counters): ${c.jobs_done ?? 0} jobs done, ${c.ack_batches ?? 0} ack requests = ${((c.jobs_done ?? 0) / (c.ack_batches || 1)).toFixed(1)} jobs per ack, ${c.heartbeat_batches ?? 0} heartbeat requests, ${c.engine_embeds ?? 0} engine embeds`);
   const src = (x) => Object.entries(x.sources).map(([k, v]) => `${k} ${v}`).join(", ");

@@ -51,12 +51,13 @@ med() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
   echo "Every ratio below compares figures measured in this run, one after the other on the same machine."
   echo "This file is the script's output; rerun it rather than editing it."
 
-  section "Worker pipeline in headless Chromium (node bench/worker.mjs --n $SHARE_N --repeat 5; --n $N for two workers)"
+  section "Worker pipeline in headless Chromium (node bench/worker.mjs)"
+  echo "# one worker: --n $N --share-n $SHARE_N --repeat 5; two workers: --n $N"
   # Five bare/queue pairs for the one-worker share (a run of three moves by ±10 points here), on
   # SHARE_N jobs: at ~650 embeds/s a phase of 600 lasted under a second, and its fill (start() to
   # the first result, ~90 ms: latency, not throughput) weighed ~8 % of it; 2 400 last ~4 s, as
   # 600 did when the engine ran 268/s.  The fill and the share after it are printed too.
-  node bench/worker.mjs --n "$SHARE_N" --repeat 5 2>/dev/null
+  node bench/worker.mjs --n "$N" --share-n "$SHARE_N" --repeat 5 2>/dev/null
   # One worker per core: each engine on its worker's thread (with an engine worker each, the
   # extra threads only add switching when every core already runs an engine: docs/worker.md).
   node bench/worker.mjs --n "$N" --workers "$(nproc)" --config '{"engineWorker":false}' 2>/dev/null | grep -E "^(chromium|bare|end-to-end|CPU)"
