@@ -11,7 +11,8 @@
 //! one IndexedDB transaction instead of one each. Each `put` still resolves only once its record
 //! is committed. Reads are grouped the same way: the gets of a claimed batch (or of one
 //! `embedMany`) start together, join one read queue, and one read-only transaction answers them
-//! all.
+//! all. A read of a key the store cannot hold (the handle keeps the store's keys in memory:
+//! [`crate::idb_keys`]) is a miss without a request.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -20,7 +21,10 @@ use futures_channel::oneshot;
 
 use rexie::{Index, ObjectStore, Rexie, TransactionMode};
 use ternflow_core::ports::LocalCache;
+use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsValue;
+
+use crate::idb_keys::KeyFilter;
 
 const STORE: &str = "vectors";
 const BY_USE: &str = "used_at";
@@ -91,6 +95,56 @@ struct Inner {
     reads: RefCell<Vec<(String, ReadReply)>>,
     /// Whether the reader task runs.
     reading: Cell<bool>,
+    /// The keys the store may hold.
+    keys: Rc<KeyFilter>,
+    /// Reads answered "miss" by `keys` without a request.
+    skipped_reads: Cell<u64>,
+    /// Where the keys this handle stores are announced to the other handles on the database, and
+    /// theirs heard (none where `BroadcastChannel` is missing: other handles' writes then stay
+    /// unknown here until the next open, which only costs their hits).
+    channel: Option<KeyChannel>,
+}
+
+/// A `BroadcastChannel` named after the database, and what listens on it.
+struct KeyChannel {
+    channel: web_sys::BroadcastChannel,
+    _listener: Closure<dyn FnMut(web_sys::MessageEvent)>,
+}
+
+impl KeyChannel {
+    fn open(db_name: &str, keys: Rc<KeyFilter>) -> Option<Self> {
+        let channel =
+            web_sys::BroadcastChannel::new(&format!("ternflow-idb-keys:{db_name}")).ok()?;
+        let listener =
+            Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
+                // An array of the keys another handle stored; anything else is ignored.
+                if let Ok(list) = e.data().dyn_into::<js_sys::Array>() {
+                    for k in list.iter() {
+                        if let Some(k) = k.as_string() {
+                            keys.add(&k);
+                        }
+                    }
+                }
+            });
+        channel.set_onmessage(Some(listener.as_ref().unchecked_ref()));
+        Some(Self {
+            channel,
+            _listener: listener,
+        })
+    }
+
+    fn announce(&self, stored: &[&Record]) {
+        let list: js_sys::Array = stored.iter().map(|r| JsValue::from_str(&r.key)).collect();
+        // Best effort: a handle that misses it reads those keys as misses until it reopens.
+        let _ = self.channel.post_message(&list);
+    }
+}
+
+impl Drop for KeyChannel {
+    fn drop(&mut self) {
+        self.channel.set_onmessage(None);
+        self.channel.close();
+    }
 }
 
 impl std::fmt::Debug for Inner {
@@ -118,18 +172,45 @@ impl IdbCache {
             )
             .build()
             .await?;
-        Ok(Self {
-            inner: Rc::new(Inner {
-                db,
-                max_entries: max_entries.max(1),
-                evicted: Cell::new(0),
-                upper_bound: Cell::new(None),
-                queued: RefCell::new(Vec::new()),
-                writing: Cell::new(false),
-                reads: RefCell::new(Vec::new()),
-                reading: Cell::new(false),
-            }),
-        })
+        let keys = Rc::new(KeyFilter::loading());
+        // Listening before the keys are read: a write announced meanwhile joins them.
+        let channel = KeyChannel::open(name, keys.clone());
+        let inner = Rc::new(Inner {
+            db,
+            max_entries: max_entries.max(1),
+            evicted: Cell::new(0),
+            upper_bound: Cell::new(None),
+            queued: RefCell::new(Vec::new()),
+            writing: Cell::new(false),
+            reads: RefCell::new(Vec::new()),
+            reading: Cell::new(false),
+            keys,
+            skipped_reads: Cell::new(0),
+            channel,
+        });
+        // The store's keys, in the background: until they are in, reads go to IndexedDB. (A
+        // weak handle until the task runs, so a `close` right after `open` still closes.)
+        let loader = Rc::downgrade(&inner);
+        wasm_bindgen_futures::spawn_local(async move {
+            let Some(inner) = loader.upgrade() else {
+                return;
+            };
+            match inner.stored_keys().await {
+                Ok(keys) => inner.keys.loaded(keys),
+                Err(_) => inner.keys.failed(),
+            }
+        });
+        Ok(Self { inner })
+    }
+
+    /// Whether this handle knows the store's keys (so a read of any other key skips IndexedDB).
+    pub fn keys_known(&self) -> bool {
+        self.inner.keys.is_ready()
+    }
+
+    /// Reads answered "miss" without a request to IndexedDB since this handle opened.
+    pub fn skipped_reads(&self) -> u64 {
+        self.inner.skipped_reads.get()
     }
 
     /// Deletes the database `name` (tests use it to start clean).
@@ -164,6 +245,14 @@ impl IdbCache {
 }
 
 impl Inner {
+    /// Every key in the store, in one read-only transaction.
+    async fn stored_keys(&self) -> Result<Vec<String>, IdbError> {
+        let tx = self.db.transaction(&[STORE], TransactionMode::ReadOnly)?;
+        let keys = tx.store(STORE)?.get_all_keys(None, None).await?;
+        drop(tx);
+        Ok(keys.into_iter().filter_map(|k| k.as_string()).collect())
+    }
+
     /// Answers the queued reads, one read-only transaction per round (its gets issued together),
     /// until the queue is empty.
     async fn read_queued(&self) {
@@ -246,6 +335,11 @@ impl Inner {
                 .index(BY_USE)?
                 .get_all_keys(None, Some(excess))
                 .await?;
+            for k in &oldest {
+                if let Some(k) = k.as_string() {
+                    self.keys.remove(&k);
+                }
+            }
             // Issued together, as the puts above (a full cache evicts on every write).
             let deletes = oldest.into_iter().map(|k| store.delete(k));
             for r in futures_util::future::join_all(deletes).await {
@@ -256,6 +350,12 @@ impl Inner {
         }
         tx.done().await?;
         self.upper_bound.set(Some(kept));
+        for r in records {
+            self.keys.add(&r.key);
+        }
+        if let Some(c) = &self.channel {
+            c.announce(records);
+        }
         Ok(())
     }
 }
@@ -268,6 +368,11 @@ impl IdbCache {
     /// Grouped with the other reads queued at the same time into one transaction (see the
     /// [module docs](self)).
     pub async fn get_record(&self, key: &str) -> Result<Option<Record>, IdbError> {
+        if !self.inner.keys.may_hold(key) {
+            let n = &self.inner.skipped_reads;
+            n.set(n.get() + 1);
+            return Ok(None);
+        }
         let (reply, answer) = oneshot::channel();
         self.inner.reads.borrow_mut().push((key.to_owned(), reply));
         if !self.inner.reading.replace(true) {
@@ -315,6 +420,9 @@ impl IdbCache {
             r?;
         }
         tx.done().await?;
+        for k in keys {
+            self.inner.keys.remove(k);
+        }
         Ok(())
     }
 
@@ -330,6 +438,7 @@ impl IdbCache {
         tx.store(STORE)?.clear().await?;
         tx.done().await?;
         self.inner.upper_bound.set(Some(0));
+        self.inner.keys.clear();
         Ok(())
     }
 

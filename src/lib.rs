@@ -9,7 +9,8 @@
 //! - [`ternflow_core`] (`crates/core`): protocol types, the per-job pipeline, retry, breaker, caches
 //!   and the traits this crate implements. No web-sys.
 //! - [`ternflow_engine`] (`crates/engine`): the Ternlight inference engine. No web deps.
-//! - wasm32 only, one adapter per file: `idb` (IndexedDB local cache over rexie), `local`
+//! - wasm32 only, one adapter per file: `idb` (IndexedDB local cache over rexie; `idb_keys`, the
+//!   keys it may hold, kept in memory so a read of any other key skips IndexedDB), `local`
 //!   (IndexedDB behind a hot core `MemLocal`, or a `MemLocal` alone where there is no IndexedDB: edge
 //!   isolates, Node), `http` (the server's protocol over gloo-net: queue, remote cache, locks,
 //!   backend embedder), `sse` (`EventSource` wake-ups and invalidations), `clock` (`Date.now`,
@@ -54,6 +55,7 @@ pub mod error;
 pub mod http;
 #[cfg(target_arch = "wasm32")]
 pub mod idb;
+mod idb_keys;
 #[cfg(target_arch = "wasm32")]
 pub mod local;
 #[cfg(target_arch = "wasm32")]

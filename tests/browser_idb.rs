@@ -83,6 +83,79 @@ async fn ttl_expiry_and_lru_eviction_at_the_size_bound() {
     cache.close();
 }
 
+/// Waits (up to 2 s) until `cache` has read the store's keys.
+async fn keys_loaded(cache: &IdbCache) {
+    for _ in 0..200 {
+        if cache.keys_known() {
+            return;
+        }
+        gloo_timers::future::TimeoutFuture::new(10).await;
+    }
+    panic!("the store's keys were not loaded within 2 s");
+}
+
+#[wasm_bindgen_test]
+async fn a_read_of_a_key_the_store_cannot_hold_skips_indexeddb() {
+    let name = "ternflow-test-keys-skip";
+    IdbCache::delete(name).await.expect("delete old db");
+    let first = IdbCache::open(name, 100).await.expect("open db");
+    first.put("m:kept", &[1.0], 10_000, 1_000).await.unwrap();
+    first.close();
+
+    // A new handle learns the stored keys from IndexedDB itself.
+    let cache = IdbCache::open(name, 100).await.expect("reopen");
+    keys_loaded(&cache).await;
+    assert_eq!(cache.get("m:kept", 2_000).await.unwrap(), Some(vec![1.0]));
+    assert_eq!(
+        cache.skipped_reads(),
+        0,
+        "a stored key is read from IndexedDB"
+    );
+    assert_eq!(cache.get("m:never", 2_000).await.unwrap(), None);
+    assert_eq!(
+        cache.skipped_reads(),
+        1,
+        "a key never stored is a miss without a read"
+    );
+
+    // Its own writes, deletions and evictions keep the keys true.
+    cache.put("m:new", &[2.0], 10_000, 2_000).await.unwrap();
+    assert_eq!(cache.get("m:new", 2_000).await.unwrap(), Some(vec![2.0]));
+    cache.remove(&["m:new".to_string()]).await.unwrap();
+    assert_eq!(cache.get("m:new", 2_000).await.unwrap(), None);
+    assert_eq!(cache.skipped_reads(), 2, "a deleted key is known gone");
+    cache.clear().await.unwrap();
+    assert_eq!(cache.get("m:kept", 2_000).await.unwrap(), None);
+    assert_eq!(cache.skipped_reads(), 3, "cleared");
+    cache.close();
+}
+
+#[wasm_bindgen_test]
+async fn another_handle_hears_of_the_keys_stored_through_this_one() {
+    let name = "ternflow-test-keys-broadcast";
+    IdbCache::delete(name).await.expect("delete old db");
+    let writer = IdbCache::open(name, 100).await.expect("open db");
+    let reader = IdbCache::open(name, 100).await.expect("open db again");
+    keys_loaded(&reader).await;
+    assert_eq!(reader.get("m:shared", 1_000).await.unwrap(), None);
+    assert_eq!(reader.skipped_reads(), 1);
+
+    // Stored by the other handle after this one read the keys: only the announcement on the
+    // database's BroadcastChannel can tell this one.
+    writer.put("m:shared", &[3.0], 10_000, 1_000).await.unwrap();
+    let mut got = None;
+    for _ in 0..200 {
+        got = reader.get("m:shared", 1_000).await.unwrap();
+        if got.is_some() {
+            break;
+        }
+        gloo_timers::future::TimeoutFuture::new(10).await;
+    }
+    assert_eq!(got, Some(vec![3.0]), "heard within 2 s");
+    writer.close();
+    reader.close();
+}
+
 #[wasm_bindgen_test]
 fn runs_inside_a_dedicated_worker() {
     use wasm_bindgen::JsCast;
