@@ -21,6 +21,7 @@
 # realq6 (2026-12-05, from stage 12): half of every batch near pairs, a new data order (SEED; a run
 # from the next stage with the same seed replays the batches its predecessor saw, in the same order):
 #   RUN=realq6 BUDGET=90 EXTRA_SHARE=0.35 LR=2e-4 NEAR=1 EMA=0.999 SEED=6 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# (resumed at step 2 100 with BUDGET=78, so it ended within the session)
 # Needs run_real.sh's and run_broad.sh's data; labels what is missing first
 # (pool shards, realq shards: both resumable, a no-op when complete).  One process, nice 19, 2 threads.
 set -euo pipefail
