@@ -309,7 +309,7 @@ try {
   console.log(`CPU, bare engine (incl. model load and warm-up; per embed of each worker): ${cpuLine("bare", r.shareN * args.workers)}`);
   console.log(`CPU, end-to-end queue at 0% hits: ${cpuLine("q0", r.shareN)}`);
   const c = r.stats.counters;
-  console.log(`batches of the first worker at 0% hits (its counters): ${c.jobs_done ?? 0} jobs done, ${c.ack_batches ?? 0} ack requests = ${((c.jobs_done ?? 0) / (c.ack_batches || 1)).toFixed(1)} jobs per ack, ${c.heartbeat_batches ?? 0} heartbeat requests, ${c.engine_embeds ?? 0} engine embeds`);
+  console.log(`batches of the first worker at 0% hits (its counters): ${c.jobs_done ?? 0} jobs done, ${c.ack_batches ?? 0} ack requests = ${((c.jobs_done ?? 0) / (c.ack_batches || 1)).toFixed(1)} jobs per ack, ${c.heartbeat_batches ?? 0} heartbeat requests, ${c.engine_embeds ?? 0} engine embeds, ${r.stats.gauges.local_reads_skipped ?? 0} local reads answered without IndexedDB`);
   const src = (x) => Object.entries(x.sources).map(([k, v]) => `${k} ${v}`).join(", ");
   if (r.localHits) {
   const lhRate = (r.n * 1000) / r.localHits.ms;

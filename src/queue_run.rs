@@ -74,7 +74,8 @@ pub(crate) async fn start(concurrency: Option<u32>) -> Result<(), WorkerError> {
     Ok(())
 }
 
-/// The breakers' gauges, where the model runs, and the wasm memory of both instances.
+/// The breakers' gauges, where the model runs, the wasm memory of both instances, and the local
+/// reads answered without IndexedDB.
 pub(crate) fn update_gauges(p: &Pipeline<Browser>) {
     use ternflow_core::metrics::gauges;
     p.update_breaker_gauges();
@@ -90,6 +91,10 @@ pub(crate) fn update_gauges(p: &Pipeline<Browser>) {
         gauges::ENGINE_WORKER_MEMORY_BYTES,
         engine.worker_memory_bytes().unwrap_or(0.0),
     );
+    if let Some(idb) = p.adapters.local.as_idb() {
+        p.metrics
+            .set_gauge(gauges::LOCAL_READS_SKIPPED, idb.skipped_reads() as f64);
+    }
 }
 
 async fn push_metrics(p: &Pipeline<Browser>) {

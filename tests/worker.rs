@@ -1021,3 +1021,49 @@ async fn an_engine_worker_is_deemed_hung_by_its_silence_not_by_a_long_backlog() 
         "a long backlog is not a hang"
     );
 }
+
+#[wasm_bindgen_test]
+async fn a_text_never_cached_is_a_local_miss_without_an_indexeddb_read() {
+    let msg = |json: String| js_sys::JSON::parse(&json).unwrap();
+    let handle = |json: String| ternflow::worker::handle(msg(json));
+    let gauge = |v: &JsValue| {
+        let path = ["metrics", "gauges", "local_reads_skipped"];
+        let n = path.iter().try_fold(v.clone(), |o, k| {
+            js_sys::Reflect::get(&o, &JsValue::from_str(k)).ok()
+        });
+        n.and_then(|n| n.as_f64())
+    };
+    let db = uniq("ternflow-test-skip");
+    handle(format!(r#"{{"type":"init","id":1,"dbName":"{db}"}}"#)).await;
+    let load = js_sys::Object::new();
+    for (k, v) in [
+        ("type", JsValue::from_str("loadModelBytes")),
+        ("id", JsValue::from(2)),
+        ("bytes", js_sys::Uint8Array::from(MODEL).into()),
+    ] {
+        js_sys::Reflect::set(&load, &JsValue::from_str(k), &v).unwrap();
+    }
+    ternflow::worker::handle(load.into()).await;
+    let embed = |id: u32, text: &str| {
+        handle(format!(
+            r#"{{"type":"embed","id":{id},"texts":["{text}"],"settle":false}}"#
+        ))
+    };
+    // The database's keys load in the background after init: until then reads go to IndexedDB.
+    let mut skipped = 0.0;
+    for i in 0..100 {
+        embed(10 + i, &uniq("never-cached")).await;
+        skipped = gauge(&handle(r#"{"type":"stats","id":9}"#.into()).await).unwrap_or(0.0);
+        if skipped > 0.0 {
+            break;
+        }
+        gloo_timers::future::TimeoutFuture::new(20).await;
+    }
+    assert!(skipped > 0.0, "no read was ever skipped");
+    // Once they are in, every new text skips the read; a text embedded before hits memory.
+    let text = uniq("new");
+    embed(200, &text).await;
+    embed(201, &text).await;
+    let after = gauge(&handle(r#"{"type":"stats","id":9}"#.into()).await).unwrap();
+    assert_eq!(after, skipped + 1.0, "one new text, one skipped read");
+}

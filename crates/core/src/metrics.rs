@@ -87,6 +87,9 @@ pub mod gauges {
     pub const WASM_MEMORY_BYTES: &str = "wasm_memory_bytes";
     /// Bytes of wasm memory of the engine worker's instance (0 when there is none).
     pub const ENGINE_WORKER_MEMORY_BYTES: &str = "engine_worker_memory_bytes";
+    /// Local-cache reads a browser worker answered "miss" from the IndexedDB keys it keeps in
+    /// memory, without a request, since its database opened.
+    pub const LOCAL_READS_SKIPPED: &str = "local_reads_skipped";
 }
 
 /// Latency histogram names (each reported as `<name>_p50_ms`, `_p99_ms`, `_mean_ms`).
