@@ -172,7 +172,7 @@ impl IdbCache {
             )
             .build()
             .await?;
-        let keys = Rc::new(KeyFilter::loading());
+        let keys = Rc::new(KeyFilter::loading(max_entries));
         // Listening before the keys are read: a write announced meanwhile joins them.
         let channel = KeyChannel::open(name, keys.clone());
         let inner = Rc::new(Inner {

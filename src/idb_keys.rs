@@ -14,8 +14,9 @@
 //! IndexedDB as before. It can say "cannot hold" for a key another context stored a moment ago
 //! whose announcement has not arrived yet: that read is a miss, and the job embeds the text (or
 //! finds it in the remote cache) as it would have had the record not been written; the vector
-//! is the same. Until the keys are loaded, or if loading them failed, every read goes to
-//! IndexedDB.
+//! is the same. Until the keys are loaded, if loading them failed, or once it holds more than
+//! twice the store's bound (keys other handles announced and then evicted never leave it), every
+//! read goes to IndexedDB.
 // Only `idb` (wasm32) uses it; it has no browser dependency, so its tests run natively too.
 #![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 
@@ -27,6 +28,10 @@ use std::hash::{Hash, Hasher};
 #[derive(Debug)]
 pub(crate) struct KeyFilter {
     state: RefCell<State>,
+    /// The most keys kept. This handle's own evictions remove keys, but other handles' do not
+    /// reach it, so keys they announced and later evicted stay "may hold"; past this many the
+    /// filter turns itself off (every read to IndexedDB, as before it) rather than grow.
+    cap: usize,
 }
 
 #[derive(Debug)]
@@ -47,10 +52,14 @@ fn hash(key: &str) -> u64 {
 }
 
 impl KeyFilter {
-    /// A filter whose keys are still to be loaded (every key "may" be held until then).
-    pub(crate) fn loading() -> Self {
+    /// A filter whose keys are still to be loaded (every key "may" be held until then), for a
+    /// store bounded at `max_entries`: it keeps at most twice that many keys (plus 1 024).
+    pub(crate) fn loading(max_entries: u32) -> Self {
         Self {
             state: RefCell::new(State::Loading(HashSet::new())),
+            cap: (max_entries as usize)
+                .saturating_mul(2)
+                .saturating_add(1024),
         }
     }
 
@@ -70,8 +79,12 @@ impl KeyFilter {
 
     /// `key` was stored (here or elsewhere).
     pub(crate) fn add(&self, key: &str) {
-        if let State::Loading(keys) | State::Ready(keys) = &mut *self.state.borrow_mut() {
+        let mut state = self.state.borrow_mut();
+        if let State::Loading(keys) | State::Ready(keys) = &mut *state {
             keys.insert(hash(key));
+            if keys.len() > self.cap {
+                *state = State::Off;
+            }
         }
     }
 
@@ -98,7 +111,11 @@ impl KeyFilter {
         if let State::Loading(added) = &mut *state {
             let mut keys = std::mem::take(added);
             keys.extend(stored.into_iter().map(|k| hash(&k)));
-            *state = State::Ready(keys);
+            *state = if keys.len() > self.cap {
+                State::Off
+            } else {
+                State::Ready(keys)
+            };
         }
     }
 
@@ -114,7 +131,7 @@ mod tests {
 
     #[test]
     fn every_key_may_be_held_until_the_keys_are_loaded() {
-        let f = KeyFilter::loading();
+        let f = KeyFilter::loading(100);
         assert!(f.may_hold("m:a") && !f.is_ready());
         f.add("m:b");
         f.loaded(["m:c".to_owned()]);
@@ -126,7 +143,7 @@ mod tests {
 
     #[test]
     fn writes_and_deletions_keep_it_true() {
-        let f = KeyFilter::loading();
+        let f = KeyFilter::loading(100);
         f.loaded(Vec::new());
         f.add("m:a");
         f.add("m:b");
@@ -137,8 +154,23 @@ mod tests {
     }
 
     #[test]
+    fn past_twice_the_store_bound_it_turns_itself_off_rather_than_grow() {
+        let f = KeyFilter::loading(0);
+        f.loaded(Vec::new());
+        for i in 0..1024 {
+            f.add(&format!("m:{i}"));
+        }
+        assert!(f.is_ready() && !f.may_hold("m:x"));
+        f.add("m:one-too-many");
+        assert!(
+            !f.is_ready() && f.may_hold("m:x"),
+            "off: every read to IndexedDB"
+        );
+    }
+
+    #[test]
     fn a_filter_that_failed_to_load_sends_every_read_to_indexeddb() {
-        let f = KeyFilter::loading();
+        let f = KeyFilter::loading(100);
         f.failed();
         assert!(f.may_hold("m:a") && !f.is_ready());
         f.loaded(Vec::new());
