@@ -7,11 +7,16 @@ use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_dedicated_worker);
 
+/// The database `name`, emptied (left over from an earlier run), opened with room for `max`.
+async fn fresh(name: &str, max: u32) -> IdbCache {
+    IdbCache::delete(name).await.expect("delete old db");
+    IdbCache::open(name, max).await.expect("open db")
+}
+
 #[wasm_bindgen_test]
 async fn record_round_trips_through_indexeddb() {
     let name = "ternflow-test-roundtrip";
-    IdbCache::delete(name).await.expect("delete old db");
-    let cache = IdbCache::open(name, 100).await.expect("open db");
+    let cache = fresh(name, 100).await;
     assert_eq!(cache.get_record("m1:abc").await.expect("get"), None);
 
     let record = Record {
@@ -46,8 +51,7 @@ async fn record_round_trips_through_indexeddb() {
 #[wasm_bindgen_test]
 async fn ttl_expiry_and_lru_eviction_at_the_size_bound() {
     let name = "ternflow-test-bound";
-    IdbCache::delete(name).await.expect("delete old db");
-    let cache = IdbCache::open(name, 3).await.expect("open db");
+    let cache = fresh(name, 3).await;
     for (i, key) in ["a", "b", "c", "d", "e"].iter().enumerate() {
         let t = 1_000 + i as u64;
         cache.put(key, &[i as f32], 10_000, t).await.expect("put");
@@ -97,8 +101,7 @@ async fn keys_loaded(cache: &IdbCache) {
 #[wasm_bindgen_test]
 async fn a_read_of_a_key_the_store_cannot_hold_skips_indexeddb() {
     let name = "ternflow-test-keys-skip";
-    IdbCache::delete(name).await.expect("delete old db");
-    let first = IdbCache::open(name, 100).await.expect("open db");
+    let first = fresh(name, 100).await;
     first.put("m:kept", &[1.0], 10_000, 1_000).await.unwrap();
     first.close();
 
@@ -133,8 +136,7 @@ async fn a_read_of_a_key_the_store_cannot_hold_skips_indexeddb() {
 #[wasm_bindgen_test]
 async fn another_handle_hears_of_the_keys_stored_through_this_one() {
     let name = "ternflow-test-keys-broadcast";
-    IdbCache::delete(name).await.expect("delete old db");
-    let writer = IdbCache::open(name, 100).await.expect("open db");
+    let writer = fresh(name, 100).await;
     let reader = IdbCache::open(name, 100).await.expect("open db again");
     keys_loaded(&reader).await;
     assert_eq!(reader.get("m:shared", 1_000).await.unwrap(), None);

@@ -94,6 +94,29 @@ fn uniq(tag: &str) -> String {
     )
 }
 
+/// The page's `loadModelBytes` message: typed, carrying the test model as a `Uint8Array`.
+fn load_model_bytes(id: u32) -> JsValue {
+    let load = js_sys::Object::new();
+    for (k, v) in [
+        ("type", JsValue::from_str("loadModelBytes")),
+        ("id", JsValue::from(id)),
+        ("bytes", js_sys::Uint8Array::from(MODEL).into()),
+    ] {
+        js_sys::Reflect::set(&load, &JsValue::from_str(k), &v).unwrap();
+    }
+    load.into()
+}
+
+/// A `stats` reply's `metrics.<kind>.<name>` (`kind`: `counters` or `gauges`).
+fn metric(stats: &JsValue, kind: &str, name: &str) -> Option<f64> {
+    ["metrics", kind, name]
+        .iter()
+        .try_fold(stats.clone(), |o, k| {
+            js_sys::Reflect::get(&o, &JsValue::from_str(k)).ok()
+        })
+        .and_then(|n| n.as_f64())
+}
+
 fn engine() -> LocalEngine {
     let e = LocalEngine::new();
     e.load(MODEL).expect("test model loads");
@@ -811,25 +834,11 @@ async fn stats_keep_their_counts_across_stop_and_a_new_init() {
     let msg = |json: String| js_sys::JSON::parse(&json).unwrap();
     let s = server();
     let server = format!(r#"{{"url":"{}","token":"{}"}}"#, s.url, s.token);
-    let local_misses = |v: &JsValue| {
-        let path = ["metrics", "counters", "cache_local_misses"];
-        let n = path.iter().try_fold(v.clone(), |o, k| {
-            js_sys::Reflect::get(&o, &JsValue::from_str(k)).ok()
-        });
-        n.and_then(|n| n.as_f64()).unwrap_or(0.0) as u64
-    };
+    let local_misses =
+        |v: &JsValue| metric(v, "counters", "cache_local_misses").unwrap_or(0.0) as u64;
     let handle = |json: String| ternflow::worker::handle(msg(json));
     handle(format!(r#"{{"type":"init","id":1,"server":{server}}}"#)).await;
-    // The page's loadModelBytes: a typed message carrying the bytes as a Uint8Array.
-    let load = js_sys::Object::new();
-    for (k, v) in [
-        ("type", JsValue::from_str("loadModelBytes")),
-        ("id", JsValue::from(9)),
-        ("bytes", js_sys::Uint8Array::from(MODEL).into()),
-    ] {
-        js_sys::Reflect::set(&load, &JsValue::from_str(k), &v).unwrap();
-    }
-    let ready = ternflow::worker::handle(load.into()).await;
+    let ready = ternflow::worker::handle(load_model_bytes(9)).await;
     let kind = js_sys::Reflect::get(&ready, &JsValue::from_str("type")).unwrap();
     assert_eq!(kind.as_string().as_deref(), Some("ready"), "{ready:?}");
     // Each new text misses the local cache.
@@ -1026,24 +1035,10 @@ async fn an_engine_worker_is_deemed_hung_by_its_silence_not_by_a_long_backlog() 
 async fn a_text_never_cached_is_a_local_miss_without_an_indexeddb_read() {
     let msg = |json: String| js_sys::JSON::parse(&json).unwrap();
     let handle = |json: String| ternflow::worker::handle(msg(json));
-    let gauge = |v: &JsValue| {
-        let path = ["metrics", "gauges", "local_reads_skipped"];
-        let n = path.iter().try_fold(v.clone(), |o, k| {
-            js_sys::Reflect::get(&o, &JsValue::from_str(k)).ok()
-        });
-        n.and_then(|n| n.as_f64())
-    };
+    let gauge = |v: &JsValue| metric(v, "gauges", "local_reads_skipped");
     let db = uniq("ternflow-test-skip");
     handle(format!(r#"{{"type":"init","id":1,"dbName":"{db}"}}"#)).await;
-    let load = js_sys::Object::new();
-    for (k, v) in [
-        ("type", JsValue::from_str("loadModelBytes")),
-        ("id", JsValue::from(2)),
-        ("bytes", js_sys::Uint8Array::from(MODEL).into()),
-    ] {
-        js_sys::Reflect::set(&load, &JsValue::from_str(k), &v).unwrap();
-    }
-    ternflow::worker::handle(load.into()).await;
+    ternflow::worker::handle(load_model_bytes(2)).await;
     let embed = |id: u32, text: &str| {
         handle(format!(
             r#"{{"type":"embed","id":{id},"texts":["{text}"],"settle":false}}"#
