@@ -77,6 +77,10 @@ pub struct IdbCache {
     inner: Rc<Inner>,
 }
 
+thread_local! {
+    static SKIPPED_IN_THREAD: Cell<u64> = const { Cell::new(0) };
+}
+
 type WriteReply = oneshot::Sender<Result<(), String>>;
 type ReadReply = oneshot::Sender<Result<Option<JsValue>, String>>;
 
@@ -211,6 +215,12 @@ impl IdbCache {
     /// Reads answered "miss" without a request to IndexedDB since this handle opened.
     pub fn skipped_reads(&self) -> u64 {
         self.inner.skipped_reads.get()
+    }
+
+    /// Reads answered "miss" without a request by every handle of this thread since it started
+    /// (a worker's pipeline, and its database handle with it, is replaced at every `stop()`).
+    pub fn skipped_reads_in_thread() -> u64 {
+        SKIPPED_IN_THREAD.with(Cell::get)
     }
 
     /// Deletes the database `name` (tests use it to start clean).
@@ -371,6 +381,7 @@ impl IdbCache {
         if !self.inner.keys.may_hold(key) {
             let n = &self.inner.skipped_reads;
             n.set(n.get() + 1);
+            SKIPPED_IN_THREAD.with(|n| n.set(n.get() + 1));
             return Ok(None);
         }
         let (reply, answer) = oneshot::channel();

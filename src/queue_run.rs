@@ -91,9 +91,11 @@ pub(crate) fn update_gauges(p: &Pipeline<Browser>) {
         gauges::ENGINE_WORKER_MEMORY_BYTES,
         engine.worker_memory_bytes().unwrap_or(0.0),
     );
-    if let Some(idb) = p.adapters.local.as_idb() {
-        p.metrics
-            .set_gauge(gauges::LOCAL_READS_SKIPPED, idb.skipped_reads() as f64);
+    if p.adapters.local.as_idb().is_some() {
+        p.metrics.set_gauge(
+            gauges::LOCAL_READS_SKIPPED,
+            crate::idb::IdbCache::skipped_reads_in_thread() as f64,
+        );
     }
 }
 

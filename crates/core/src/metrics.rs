@@ -88,7 +88,7 @@ pub mod gauges {
     /// Bytes of wasm memory of the engine worker's instance (0 when there is none).
     pub const ENGINE_WORKER_MEMORY_BYTES: &str = "engine_worker_memory_bytes";
     /// Local-cache reads a browser worker answered "miss" from the IndexedDB keys it keeps in
-    /// memory, without a request, since its database opened.
+    /// memory, without a request, since the worker started.
     pub const LOCAL_READS_SKIPPED: &str = "local_reads_skipped";
 }
 
