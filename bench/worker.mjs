@@ -223,8 +223,14 @@ try {
   await q2.ready;
   const remoteHits = await drain(q2, "rh-" + runId + "-");
   q2.terminate();
-  // 100 % local hits: the first worker again (its IndexedDB holds every text), after the texts
-  // are removed from the server's cache, so the claim finds nothing and the worker its own copy.
+  // 100 % local hits: a worker whose IndexedDB holds every text (its own embedMany() put them
+  // there: queue jobs do not write the local cache by default: queueLocalWrites), after the
+  // texts are removed from the server's cache, so the claim finds nothing and the worker its own copy.
+  q.terminate();
+  const ql = new EmbeddingWorker({ config: cfg.config, server: { url: cfg.api, token: cfg.token }, model: { url: "/model.bin" }, dbName: "bench-ql-" + Date.now() });
+  await ql.ready;
+  const filled = await ql.embedDetailed(queueTexts);
+  if (filled.some((d) => d.source !== "remote")) throw new Error("the local-hits worker's fill was not all remote hits");
   const hex = (b) => Array.from(new Uint8Array(b), (x) => x.toString(16).padStart(2, "0")).join("").slice(0, 32);
   const enc = new TextEncoder();
   // (64 at a time: thousands of requests at once make Chromium fail some with "Failed to fetch")
@@ -233,8 +239,8 @@ try {
     const d = await fetch(cfg.api + "/v1/cache/" + key, { method: "DELETE", headers: auth });
     if (!d.ok) throw new Error("cache DELETE " + key + ": " + d.status);
   }));
-  const localHits = await drain(q, "lh-" + runId + "-");
-  q.terminate();
+  const localHits = await drain(ql, "lh-" + runId + "-");
+  ql.terminate();
   // 50 % hits: a fresh worker; every other text is in the server's cache (put there by another
   // worker's embed(), so no job exists for it yet), the rest new; default (content) job ids.
   const cachedHalf = halfNew.filter((_, i) => i % 2 === 0);
@@ -314,7 +320,7 @@ try {
   if (r.localHits) {
   const lhRate = (r.n * 1000) / r.localHits.ms;
   const rhRate = (r.n * 1000) / r.remoteHits.ms;
-  console.log(`end-to-end queue at 100% local hits (same worker, same texts, new job ids, removed from the server's cache): ${lhRate.toFixed(1)} jobs/s = ${((100 * lhRate) / rawRate).toFixed(1)}% of bare engine (results by source: ${src(r.localHits)})`);
+  console.log(`end-to-end queue at 100% local hits (a worker whose IndexedDB holds the texts, new job ids, removed from the server's cache): ${lhRate.toFixed(1)} jobs/s = ${((100 * lhRate) / rawRate).toFixed(1)}% of bare engine (results by source: ${src(r.localHits)})`);
   const hhRate = (r.n * 1000) / r.halfHits.ms;
   console.log(`end-to-end queue at 50% remote hits (fresh worker, every other text cached): ${hhRate.toFixed(1)} jobs/s = ${((100 * hhRate) / rawRate).toFixed(1)}% of bare engine (results by source: ${src(r.halfHits)})`);
   console.log(`end-to-end queue at 100% remote hits (fresh worker, the claim finishes each job from the server's cache): ${rhRate.toFixed(1)} jobs/s per worker (results by source: ${src(r.remoteHits)})`);
@@ -329,6 +335,12 @@ try {
   const g = r.stats.gauges;
   const mib = (b) => `${((b ?? 0) / 1048576).toFixed(1)} MiB`;
   console.log(`wasm memory of the first queue worker after 0% hits: ${mib(g.wasm_memory_bytes)} in its thread + ${mib(g.engine_worker_memory_bytes)} in its engine worker; JS heaps of the page and its workers ${mib(r.memory?.bytes)} (measureUserAgentSpecificMemory)`);
+  // The server's side of verifying the workers' results (crate::integrity: probation, then a
+  // sample), over the whole run: its share of "CPU outside the engine" in the rows above.
+  const prom = await (await fetch(`${api}/metrics`, { headers: { authorization: `Bearer ${token}` } })).text();
+  const metric = (name) => Number(prom.match(new RegExp(`^ternflow_${name}(?:_total)? (\\S+)$`, "m"))?.[1] ?? NaN);
+  const verified = metric("results_verified"), verifyUs = metric("verify_micros");
+  console.log(`server verification over the run: ${verified} results recomputed, ${(verifyUs / 1000).toFixed(1)} ms of engine CPU = ${(verifyUs / 1000 / (verified || 1)).toFixed(3)} ms each`);
 } finally {
   await browser.close();
   http.close();

@@ -300,28 +300,45 @@ async fn queue_jobs_the_server_has_cached_are_finished_by_the_claim() {
     for t in &texts {
         want.push(a.resolve(t, None, "").await.unwrap().vector);
     }
-    let ids = enqueue(&texts).await;
-    let b = pipeline(&uniq("resolved"), Config::default()).await;
-    run_until_done(&b, &ids).await;
-    for (id, v) in ids.iter().zip(&want) {
-        let st = job_state(id).await;
-        assert_eq!(
-            (st["state"].as_str(), st["result"]["source"].as_str()),
-            (Some("done"), Some("remote")),
-            "{st}"
-        );
-        let got =
-            ternflow_core::codec::decode_vector(st["result"]["vector"].as_str().unwrap()).unwrap();
-        assert_eq!(&got, v);
-    }
-    // The claim finished them: this worker embedded nothing and sent no ack, and its own
-    // IndexedDB now holds the vectors.
-    assert_eq!(b.metrics.counter(names::ENGINE_EMBEDS), 0);
-    assert_eq!(b.metrics.counter(names::ACK_BATCHES), 0);
-    assert_eq!(b.metrics.counter(names::JOBS_DONE), 4);
-    for (t, v) in texts.iter().zip(&want) {
-        let r = b.resolve(t, None, "").await.unwrap();
-        assert_eq!((r.source, &r.vector), (ResultSource::Local, v));
+    // The first two through a worker as configured by default, the last two through one that
+    // keeps queue results in its IndexedDB (`queue_local_writes`).
+    for (half, writes) in [(0..2, false), (2..4, true)] {
+        let ids = enqueue(&texts[half.clone()]).await;
+        let cfg = Config {
+            queue_local_writes: writes,
+            ..Config::default()
+        };
+        let b = pipeline(&uniq("resolved"), cfg).await;
+        run_until_done(&b, &ids).await;
+        for (id, v) in ids.iter().zip(&want[half.clone()]) {
+            let st = job_state(id).await;
+            assert_eq!(
+                (st["state"].as_str(), st["result"]["source"].as_str()),
+                (Some("done"), Some("remote")),
+                "{st}"
+            );
+            let got = ternflow_core::codec::decode_vector(st["result"]["vector"].as_str().unwrap())
+                .unwrap();
+            assert_eq!(&got, v);
+        }
+        // The claim finished them: this worker embedded nothing and sent no ack; its own
+        // IndexedDB holds the vectors only when asked to keep queue results.
+        assert_eq!(b.metrics.counter(names::ENGINE_EMBEDS), 0);
+        assert_eq!(b.metrics.counter(names::ACK_BATCHES), 0);
+        assert_eq!(b.metrics.counter(names::JOBS_DONE), 2);
+        let kept = if writes {
+            ResultSource::Local
+        } else {
+            ResultSource::Remote
+        };
+        for (t, v) in texts[half.clone()].iter().zip(&want[half]) {
+            let r = b.resolve(t, None, "").await.unwrap();
+            assert_eq!(
+                (r.source, &r.vector),
+                (kept, v),
+                "queue_local_writes {writes}"
+            );
+        }
     }
 }
 

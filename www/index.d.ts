@@ -72,6 +72,14 @@ export interface WorkerConfig {
   ackLingerMs?: number;
   /** Most acks in one `POST /v1/jobs/ack` (default 128). */
   ackBatchMax?: number;
+  /**
+   * Whether queue jobs write their vectors into this browser's IndexedDB (default false: the
+   * server's cache already answers a repeated text at claim, and a visitor's storage and CPU are
+   * not spent on other people's texts). The page's own `embed()`/`embedMany()` always write;
+   * queue jobs always read. True suits one long-lived worker that sees texts again after the
+   * server's cache forgot them (`remoteTtlMs`).
+   */
+  queueLocalWrites?: boolean;
   /** Limit of one request to the server, ms (a claim adds its long-poll wait; default 30 000). */
   requestTimeoutMs?: number;
   /** Limit of a whole model download, ms (default 120 000). */

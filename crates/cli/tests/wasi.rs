@@ -535,8 +535,9 @@ async fn a_lost_lease_is_redelivered_and_the_job_done_once(wasi: Wasi) {
     assert_eq!(stopped["summary"]["done"], 1, "{stopped}");
     let st = &statuses(&base, &ids).await[0];
     assert_eq!(st["attempt"], 2, "{st}");
-    // The stale delivery's vector stayed in the worker's local cache.
-    assert_engine_vectors(&base, &ids, &text, &["local"]).await;
+    // The second delivery embedded the text again: a queue job's vector is not kept in the
+    // worker's local cache by default (`queueLocalWrites`), and the stale one's ack was refused.
+    assert_engine_vectors(&base, &ids, &text, &["engine"]).await;
 }
 
 async fn stop_hands_unfinished_jobs_back_without_using_an_attempt(wasi: Wasi) {

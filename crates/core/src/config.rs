@@ -49,6 +49,10 @@ pub struct Config {
     pub ack_linger_ms: u64,
     /// Most acks in one request.
     pub ack_batch_max: u32,
+    /// Whether queue jobs write their vectors into the local cache (IndexedDB in a browser).
+    /// Reads are unaffected: a queue job still finds a text this browser stored. See
+    /// docs/worker.md, "Queue results in the local cache".
+    pub queue_local_writes: bool,
 }
 
 impl Default for Config {
@@ -77,6 +81,7 @@ impl Default for Config {
             seed: 0,
             ack_linger_ms: 2,
             ack_batch_max: 128,
+            queue_local_writes: false,
         }
     }
 }

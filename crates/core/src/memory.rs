@@ -221,7 +221,13 @@ impl MemServer {
 
     /// Enqueues a text; returns its id (duplicates collapse).
     pub fn enqueue(&self, model_id: &str, text: &str) -> String {
-        let id = job_id(model_id, text);
+        self.enqueue_as(&job_id(model_id, text), model_id, text)
+    }
+
+    /// Enqueues a text under a producer-chosen job id; returns it (an id already known is left
+    /// as it is).
+    pub fn enqueue_as(&self, id: &str, model_id: &str, text: &str) -> String {
+        let id = id.to_owned();
         let mut s = self.inner.borrow_mut();
         if !s.jobs.contains_key(&id) {
             s.jobs.insert(

@@ -339,7 +339,9 @@ impl<P: Ports> Pipeline<P> {
             RemoteHint::Present(e) => self.remote_entry(Some(e), &model),
         };
         if let Some(v) = remote {
-            self.local_put(&key, &v).await;
+            if self.keeps_locally(guard) {
+                self.local_put(&key, &v).await;
+            }
             return Ok(Resolved {
                 vector: v,
                 model_id: model,
@@ -463,7 +465,12 @@ impl<P: Ports> Pipeline<P> {
                     .await;
             }
         };
-        join(self.local_put(key, &vector), release).await;
+        let keep = async {
+            if self.keeps_locally(guard) {
+                self.local_put(key, &vector).await;
+            }
+        };
+        join(keep, release).await;
         Ok(Resolved {
             vector,
             model_id: model.to_owned(),
@@ -526,6 +533,13 @@ impl<P: Ports> Pipeline<P> {
                 None
             }
         }
+    }
+
+    /// Whether a vector found or made under `guard` goes into the local cache: always for the
+    /// page's own texts; for a queue job (its lease the guard) as [`Config::queue_local_writes`]
+    /// says.
+    pub(crate) fn keeps_locally(&self, guard: SingleFlight) -> bool {
+        guard == SingleFlight::Lock || self.cfg.queue_local_writes
     }
 
     pub(crate) async fn local_put(&self, key: &str, v: &[f32]) {

@@ -421,8 +421,9 @@ fn server_unreachable_then_back_loses_nothing() {
         server.down.set(false);
     };
     let (outcome, ()) = rig.clock.run(join(p.run_job(&job), watcher));
-    // Embedded once before the outage was noticed at the ack; the retry found it locally.
-    assert_eq!(outcome, JobOutcome::Done(ResultSource::Local));
+    // Embedded once before the outage was noticed at the ack; the retries sent that vector again
+    // (the job keeps it: queue results are not written to the local cache by default).
+    assert_eq!(outcome, JobOutcome::Done(ResultSource::Engine));
     assert_eq!(rig.engine.calls.get(), 1);
     assert!(p.metrics.counter(names::RETRIES) >= 1);
     assert!(rig.server.result(&id).is_some());
@@ -747,12 +748,63 @@ fn queue_loop_runs_everything_with_bounded_concurrency_and_drains_on_stop() {
 }
 
 #[test]
-fn jobs_the_server_resolved_at_claim_are_kept_locally_and_never_acked() {
+fn queue_jobs_write_the_local_cache_only_when_queue_local_writes_is_set() {
+    for (writes, text) in [(false, "a queue text"), (true, "another queue text")] {
+        let rig = Rig::new();
+        let p = rig.pipeline(Config {
+            queue_local_writes: writes,
+            ..Config::default()
+        });
+        let id = rig.server.enqueue(MODEL, text);
+        let job = rig.clock.run(rig.server.claim(1, 0)).unwrap().remove(0);
+        let outcome = rig.clock.run(p.run_job(&job));
+        assert_eq!(outcome, JobOutcome::Done(ResultSource::Engine));
+        let key = cache_key(MODEL, text);
+        // The remote cache has it either way (the ack carried the write).
+        assert_eq!(
+            rig.server.result(&id).unwrap().vector.0,
+            FakeEmbedder::vector_for(text)
+        );
+        assert!(rig.server.cache_entry(&key).is_some());
+        assert_eq!(
+            rig.local.contains(&key),
+            writes,
+            "queue_local_writes {writes}"
+        );
+        // A text this browser stored itself is still read by a queue job.
+        if !writes {
+            rig.clock.run(p.resolve(text, None, "")).unwrap();
+            assert!(rig.local.contains(&key), "the page's own resolve writes");
+            rig.server.enqueue_as("again", MODEL, text);
+            let job = rig.clock.run(rig.server.claim(1, 0)).unwrap().remove(0);
+            let outcome = rig.clock.run(p.run_job(&job));
+            assert_eq!(outcome, JobOutcome::Done(ResultSource::Local));
+        }
+    }
+}
+
+#[test]
+fn jobs_the_server_resolved_at_claim_are_never_acked_nor_written_locally_by_default() {
+    resolved_at_claim(Config::default(), None);
+}
+
+#[test]
+fn jobs_the_server_resolved_at_claim_are_kept_locally_when_queue_local_writes_is_set() {
+    let cfg = Config {
+        queue_local_writes: true,
+        ..Config::default()
+    };
+    resolved_at_claim(cfg, Some(vec![0.6, 0.8]));
+}
+
+/// Three jobs the server finishes at claim from its cache and one it does not; `local`: what
+/// the local cache then holds for each of the three.
+fn resolved_at_claim(cfg: Config, local: Option<Vec<f32>>) {
     let rig = Rig::new();
     rig.server.resolve_cached.set(true);
     let p = rig.pipeline(Config {
         concurrency: 4,
-        ..Config::default()
+        ..cfg
     });
     for i in 0..3 {
         rig.server.put_cache(
@@ -796,11 +848,11 @@ fn jobs_the_server_resolved_at_claim_are_kept_locally_and_never_acked() {
     );
     for (i, id) in ids.iter().enumerate().take(3) {
         let key = cache_key(MODEL, &format!("cached {i}"));
-        let local = rig
+        let held = rig
             .clock
             .run(rig.local.get(&key, rig.clock.now_ms()))
             .unwrap();
-        assert_eq!(local, Some(vec![0.6, 0.8]), "warmed locally");
+        assert_eq!(held, local, "what the local cache holds");
         let r = rig.server.result(id).unwrap();
         assert_eq!(r.source, ResultSource::Remote);
     }

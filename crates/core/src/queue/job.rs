@@ -11,7 +11,7 @@ use futures_util::pin_mut;
 use crate::error::{Error, Result};
 use crate::keys::cache_key;
 use crate::metrics::names;
-use crate::pipeline::{HeldLock, Pipeline, Ports, RemoteHint, SingleFlight};
+use crate::pipeline::{HeldLock, Pipeline, Ports, RemoteHint, Resolved, SingleFlight};
 use crate::ports::{Clock, JobSource, Locks};
 use crate::protocol::{
     AckCacheWrite, AckRequest, ClaimedJob, JobResult, NackRequest, NackResponse, ResultSource,
@@ -80,8 +80,10 @@ impl<P: Ports> Pipeline<P> {
         self.metrics.inc(names::JOBS_DONE);
         if let Some(e) = &job.cached {
             self.metrics.inc(names::REMOTE_HITS);
-            self.local_put(&cache_key(&job.model_id, &job.text), &e.vector.0)
-                .await;
+            if self.cfg.queue_local_writes {
+                self.local_put(&cache_key(&job.model_id, &job.text), &e.vector.0)
+                    .await;
+            }
         }
     }
 
@@ -92,9 +94,12 @@ impl<P: Ports> Pipeline<P> {
         held: &RefCell<Option<HeldLock>>,
     ) -> JobOutcome {
         let mut tries = 0;
+        // The vector of an earlier try whose ack failed: a retry sends it again instead of
+        // resolving the text anew (queue results need not be in the local cache).
+        let mut resolved = None;
         loop {
             tries += 1;
-            match self.resolve_and_ack(job, trace, held).await {
+            match self.resolve_and_ack(job, trace, held, &mut resolved).await {
                 Ok(source) => {
                     self.metrics.inc(names::JOBS_DONE);
                     return JobOutcome::Done(source);
@@ -121,6 +126,7 @@ impl<P: Ports> Pipeline<P> {
         job: &ClaimedJob,
         trace: &str,
         held: &RefCell<Option<HeldLock>>,
+        resolved: &mut Option<Resolved>,
     ) -> Result<ResultSource> {
         // The lease is the single-flight guard of every queue job, whatever its id: one worker
         // holds the job at a time, and the lease's fence (drawn from the lock fences' counter)
@@ -137,9 +143,16 @@ impl<P: Ports> Pipeline<P> {
             (None, true) => RemoteHint::Absent,
             (None, false) => RemoteHint::Unknown,
         };
-        let r = self
-            .resolve_with(&job.text, Some(&job.model_id), trace, held, guard, hint)
-            .await?;
+        let r = match resolved.clone() {
+            Some(r) => r,
+            None => {
+                let r = self
+                    .resolve_with(&job.text, Some(&job.model_id), trace, held, guard, hint)
+                    .await?;
+                *resolved = Some(r.clone());
+                r
+            }
+        };
         // The remote write-through rides on the ack, fenced by the lease.
         let cache = (r.source != ResultSource::Remote).then(|| AckCacheWrite {
             key: cache_key(&job.model_id, &job.text),
