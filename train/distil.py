@@ -198,6 +198,11 @@ def main():
     ap.add_argument("--warmup-frac", type=float, default=0.03)
     ap.add_argument("--rel", type=float, default=8.0)
     ap.add_argument("--spread", type=float, default=0.1)
+    ap.add_argument("--corr", type=float, default=0.0,
+                    help="weight of 1 - Pearson correlation between the student's and the teacher's "
+                         "off-diagonal pair cosines in each batch (issue 30: a relation term blind to a "
+                         "batch-wide offset or scale, so the low-similarity pairs' ranking weighs as much "
+                         "as the near pairs')")
     ap.add_argument("--tok", type=float, default=0.0,
                     help="weight of the token-state term (0.5 lost to 0 in the stage-2 pilots)")
     ap.add_argument("--emb-format", default="int4")
@@ -360,10 +365,12 @@ def main():
         l_rel = (((Ss - St) ** 2) * off).sum() / off.sum()
         ms, mt = (Ss * off).sum() / off.sum(), (St * off).sum() / off.sum()
         l_spread = jax.nn.relu(ms - mt)
+        xs, ys = (Ss - ms) * off, (St - mt) * off
+        l_corr = 1.0 - (xs * ys).sum() / jnp.sqrt((xs * xs).sum() * (ys * ys).sum() + 1e-12)
         tn = ts / jnp.maximum(jnp.linalg.norm(ts, axis=-1, keepdims=True), 1e-6)
         tt = tok_t / jnp.maximum(jnp.linalg.norm(tok_t, axis=-1, keepdims=True), 1e-6)
         l_tok = ((1.0 - (tn * tt).sum(-1)) * tok_m).sum() / jnp.maximum(tok_m.sum(), 1.0)
-        loss = l_cos + args.rel * l_rel + args.spread * l_spread + args.tok * l_tok
+        loss = l_cos + args.rel * l_rel + args.spread * l_spread + args.tok * l_tok + args.corr * l_corr
         return loss, (l_cos, l_rel, l_tok)
 
     @partial(jax.jit, static_argnames=("emb_format",))
