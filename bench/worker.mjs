@@ -308,7 +308,7 @@ try {
   const share = [...shares].sort((x, y) => x - y)[Math.floor(shares.length / 2)];
   console.log(`chromium ${browser.version()}, model ${r.raw.modelId}, n=${args.n}${r.shareN !== args.n ? ` (bare/0 %-hits pairs: ${r.shareN})` : ""}, ${args.workers} worker(s), concurrency ${args.concurrency ?? "default (128)"}, engine ${r.stats.gauges.engine_in_worker === 1 ? "in its own worker" : "on the worker's thread"}`);
   console.log(`bare engine in a worker: ${rawRate.toFixed(1)} embeds/s${args.workers > 1 ? ` (the sum of ${args.workers} workers)` : ""} (median of ${args.repeat}: ${r.raw.rates.map((x) => x.toFixed(1)).join(", ")})`);
-  console.log(`end-to-end queue (claim, local cache, embed, local write, ack carrying the remote write; 0% hits): ${queueRate.toFixed(1)} jobs/s = ${share.toFixed(1)}% of bare engine (median of ${args.repeat} pairs: ${shares.map((x) => x.toFixed(1) + "%").join(", ")})`);
+  console.log(`end-to-end queue (claim, local cache read, embed, ${args.config?.queueLocalWrites ? "local write, " : ""}ack carrying the remote write; 0% hits): ${queueRate.toFixed(1)} jobs/s = ${share.toFixed(1)}% of bare engine (median of ${args.repeat} pairs: ${shares.map((x) => x.toFixed(1) + "%").join(", ")})`);
   const med = (a) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)];
   const steady = r.fills.map((f, i) => (100 * f.steadyRate) / r.raw.rates[i]);
   console.log(`  of which fill (start() to the first job done): median ${med(r.fills.map((f) => f.fillMs)).toFixed(1)} ms (${r.fills.map((f) => f.fillMs.toFixed(1)).join(", ")}); after it ${med(steady).toFixed(1)}% of bare engine (median of ${steady.length} pairs: ${steady.map((x) => x.toFixed(1) + "%").join(", ")})`);
