@@ -217,7 +217,7 @@ try {
   }
   // 100 % remote hits: the same texts under new job ids, a fresh worker (local cache empty). The
   // server finds each text in its cache when the job is claimed and finishes it there ("resolved"):
-  // the worker only keeps the vectors locally and sends no ack.
+  // the worker sends no ack (nor keeps the vectors locally: queueLocalWrites is off by default).
   await q.stop({ deadline: 5000 });
   const q2 = new EmbeddingWorker({ config: cfg.config, server: { url: cfg.api, token: cfg.token }, model: { url: "/model.bin" }, dbName: "bench-q2-" + Date.now() });
   await q2.ready;
