@@ -22,6 +22,11 @@
 # from the next stage with the same seed replays the batches its predecessor saw, in the same order):
 #   RUN=realq6 BUDGET=90 EXTRA_SHARE=0.35 LR=2e-4 NEAR=1 EMA=0.999 SEED=6 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # (resumed at step 2 100 with BUDGET=78, so it ended within the session)
+# realq7c (2026-12-05, from stage 13, shipped as stage 14): the batch's pair-cosine correlation as a
+# loss term (distil.py --corr); realq7b is the same run without it (the ablation's baseline):
+#   RUN=realq7c BUDGET=25 EXTRA_SHARE=0.35 LR=2e-4 NEAR=1 EMA=0.999 CORR=1 SEED=7 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# realq8 (2026-12-05, from stage 14): the correlation term three times as heavy:
+#   RUN=realq8 BUDGET=30 EXTRA_SHARE=0.35 LR=2e-4 NEAR=1 EMA=0.999 CORR=3 SEED=8 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # Needs run_real.sh's and run_broad.sh's data; labels what is missing first
 # (pool shards, realq shards: both resumable, a no-op when complete).  One process, nice 19, 2 threads.
 set -euo pipefail
