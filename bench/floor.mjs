@@ -5,7 +5,7 @@
 // request carrying every vector as base64), against a minimal node API on another origin (CORS,
 // preflight cached), and prints Chromium's CPU per job by process and thread (bench/cpu.mjs). Set
 // beside `node bench/worker.mjs`'s 0 %-hits row, it tells the browser's floor from what our pipeline
-// adds (docs/worker.md, "The browser's floor").
+// adds (docs/worker.md, "Queue results in the local cache, and the browser's floor").
 //   node bench/floor.mjs [--jobs 2400] [--batch 24,32,128] [--repeat 3] [--without engine,idb,announce]
 // (--without: leave those operations out, to price each one by difference)
 import { createServer } from "node:http";
