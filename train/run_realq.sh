@@ -27,6 +27,8 @@
 #   RUN=realq7c BUDGET=25 EXTRA_SHARE=0.35 LR=2e-4 NEAR=1 EMA=0.999 CORR=1 SEED=7 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # realq8 (2026-12-05, from stage 14): the correlation term three times as heavy:
 #   RUN=realq8 BUDGET=30 EXTRA_SHARE=0.35 LR=2e-4 NEAR=1 EMA=0.999 CORR=3 SEED=8 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# realq9 (2026-12-05, from stage 14): half the learning rate (not shipped either; model card):
+#   RUN=realq9 BUDGET=15 EXTRA_SHARE=0.35 LR=1e-4 NEAR=1 EMA=0.999 CORR=1 SEED=9 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # Needs run_real.sh's and run_broad.sh's data; labels what is missing first
 # (pool shards, realq shards: both resumable, a no-op when complete).  One process, nice 19, 2 threads.
 set -euo pipefail
