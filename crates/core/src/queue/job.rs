@@ -75,12 +75,16 @@ impl<P: Ports> Pipeline<P> {
     }
 
     /// A job the server finished at claim from the remote cache (`resolved`): its vector goes
-    /// into the local cache, and that is all (no lease to keep, no ack to send).
+    /// into the local cache where queue results are kept ([`Pipeline::keeps_locally`]), and that
+    /// is all (no lease to keep, no ack to send).
     pub(crate) async fn keep_resolved(&self, job: &ClaimedJob) {
         self.metrics.inc(names::JOBS_DONE);
         if let Some(e) = &job.cached {
             self.metrics.inc(names::REMOTE_HITS);
-            if self.cfg.queue_local_writes {
+            let guard = SingleFlight::Lease {
+                fence: job.lease.fence,
+            };
+            if self.keeps_locally(guard) {
                 self.local_put(&cache_key(&job.model_id, &job.text), &e.vector.0)
                     .await;
             }
