@@ -285,11 +285,7 @@ def main():
                         else f"{n_x} of each batch of {args.batch} from it"))
         if args.extra_mix == "batch" and not 0 < n_x < args.batch:
             sys.exit("--extra-mix batch needs 0 < round(--extra-share * --batch) < --batch")
-    dev = [l.rstrip("\n").split("\t", 1) for l in open(os.path.join(WORK, "dev.tsv"), encoding="utf-8")]
-    dev_dom = np.array([d for d, _ in dev])
-    dev_ids = [e.ids for e in tok.encode_batch([t for _, t in dev])]
-    dev_y = np.load(os.path.join(WORK, "dev_teacher.npy")).astype(np.float32)
-    dom_names = sorted(set(dev_dom))
+    dev_dom, dev_ids, dev_y, dom_names = TR.load_dev(WORK, tok)
     log(run_dir, f"train {n_pool} labelled pool texts ({int(has_tok.sum())} with teacher token states), "
                  f"buckets {dict(zip(bkeys, [len(buckets[b]) for b in bkeys]))}; dev {len(dev_ids)} "
                  f"({', '.join(dom_names)}); backend {jax.default_backend()}")
@@ -393,12 +389,7 @@ def main():
     def evaluate(s, train_loss):
         nonlocal best
         e = TR.embed_student(ema if args.ema else params, dev_ids, quant=True, emb_format=args.emb_format)
-        sp = {}
-        for d in dom_names:
-            idx = np.where(dev_dom == d)[0]
-            i, j = np.triu_indices(len(idx), 1)
-            a, b = idx[i], idx[j]
-            sp[d] = TR.spearman((e[a] * e[b]).sum(1), (dev_y[a] * dev_y[b]).sum(1))
+        sp = TR.domain_spearman(e, dev_y, dev_dom, dom_names)
         c = float((e * dev_y).sum(1).mean())
         mean = float(np.mean(list(sp.values())))
         log(run_dir, f"step {s} dev mean spearman {mean:.4f} | " + " ".join(f"{d} {v:.4f}" for d, v in sp.items())

@@ -49,22 +49,13 @@ def main():
     ap.add_argument("--save", help="write the best candidate's weights here (npz, as distil.py saves them)")
     ap.add_argument("--emb-format", default="int4")
     args = ap.parse_args()
-    dev = [l.rstrip("\n").split("\t", 1) for l in open(os.path.join(WORK, "dev.tsv"), encoding="utf-8")]
-    dom = np.array([d for d, _ in dev])
-    ids = [e.ids for e in TR.get_tokenizer().encode_batch([t for _, t in dev])]
-    y = np.load(os.path.join(WORK, "dev_teacher.npy")).astype(np.float32)
-    names = sorted(set(dom))
+    dom, ids, y, names = TR.load_dev(WORK, TR.get_tokenizer())
     best = None
     for spec in args.candidate:
         parts = parse(spec)
         params = average(parts)
         e = TR.embed_student(params, ids, quant=True, emb_format=args.emb_format)
-        sp = {}
-        for d in names:
-            idx = np.where(dom == d)[0]
-            i, j = np.triu_indices(len(idx), 1)
-            a, b = idx[i], idx[j]
-            sp[d] = TR.spearman((e[a] * e[b]).sum(1), (y[a] * y[b]).sum(1))
+        sp = TR.domain_spearman(e, y, dom, names)
         mean = float(np.mean(list(sp.values())))
         cos = float((e * y).sum(1).mean())
         print(f"dev mean {mean:.4f} | " + " ".join(f"{d} {v:.4f}" for d, v in sp.items())

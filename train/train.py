@@ -106,6 +106,28 @@ def spearman(a, b):
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
+def load_dev(work, tok):
+    """$TERN_WORK/dev.tsv (domain<TAB>text) and its teacher vectors: (domain per text, token ids,
+    teacher vectors, sorted domain names)."""
+    dev = [l.rstrip("\n").split("\t", 1) for l in open(os.path.join(work, "dev.tsv"), encoding="utf-8")]
+    dom = np.array([d for d, _ in dev])
+    ids = [e.ids for e in tok.encode_batch([t for _, t in dev])]
+    y = np.load(os.path.join(work, "dev_teacher.npy")).astype(np.float32)
+    return dom, ids, y, sorted(set(dom))
+
+
+def domain_spearman(e, y, dom, names):
+    """Per domain, the Spearman of student vs teacher cosines over all its pairs (the dev curve's
+    figures; their mean picks checkpoints)."""
+    sp = {}
+    for d in names:
+        idx = np.where(dom == d)[0]
+        i, j = np.triu_indices(len(idx), 1)
+        a, b = idx[i], idx[j]
+        sp[d] = spearman((e[a] * e[b]).sum(1), (y[a] * y[b]).sum(1))
+    return sp
+
+
 def val_metrics(params, ids, y, quant, emb_format, pairs):
     e = embed_student(params, ids, quant, emb_format)
     cos = float((e * y).sum(1).mean())
