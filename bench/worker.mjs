@@ -277,6 +277,15 @@ const cpuLine = (phase, jobsPerRun) => {
   }
   return describe(sum, jobsPerRun * args.repeat, wall, availableParallelism());
 };
+// All the CPU of one phase per job (the total that cpuLine's line starts with).
+const cpuPerJob = (phase, jobsPerRun) => {
+  let total = 0;
+  for (let i = 0; i < args.repeat; i++) {
+    const d = diff(marks.get(`${phase}-start-${i}`).cpu, marks.get(`${phase}-end-${i}`).cpu);
+    for (const v of d.values()) total += v;
+  }
+  return total / (jobsPerRun * args.repeat);
+};
 
 // Cross-origin isolated, for fine-grained performance.now() (the API answers with CORP headers).
 const http = await serveStatic({ "/": page }, {
@@ -314,6 +323,7 @@ try {
   console.log(`  of which fill (start() to the first job done): median ${med(r.fills.map((f) => f.fillMs)).toFixed(1)} ms (${r.fills.map((f) => f.fillMs.toFixed(1)).join(", ")}); after it ${med(steady).toFixed(1)}% of bare engine (median of ${steady.length} pairs: ${steady.map((x) => x.toFixed(1) + "%").join(", ")})`);
   console.log(`CPU, bare engine (incl. model load and warm-up; per embed of each worker): ${cpuLine("bare", r.shareN * args.workers)}`);
   console.log(`CPU, end-to-end queue at 0% hits: ${cpuLine("q0", r.shareN)}`);
+  if (args.workers === 1) console.log(`CPU per job outside the engine (0% hits minus bare, the two lines above): ${(cpuPerJob("q0", r.shareN) - cpuPerJob("bare", r.shareN)).toFixed(3)} ms`);
   const c = r.stats.counters;
   console.log(`batches of the first worker at 0% hits (its counters): ${c.jobs_done ?? 0} jobs done, ${c.ack_batches ?? 0} ack requests = ${((c.jobs_done ?? 0) / (c.ack_batches || 1)).toFixed(1)} jobs per ack, ${c.heartbeat_batches ?? 0} heartbeat requests, ${c.engine_embeds ?? 0} engine embeds, ${r.stats.gauges.local_reads_skipped ?? 0} local reads answered without IndexedDB`);
   const src = (x) => Object.entries(x.sources).map(([k, v]) => `${k} ${v}`).join(", ");
