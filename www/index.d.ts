@@ -68,7 +68,11 @@ export interface WorkerConfig {
   lockWait?: BackoffConfig;
   retry?: BackoffConfig;
   seed?: number;
-  /** How long a finished job's ack waits for others to share its request, ms (default 2). */
+  /**
+   * How long a finished job's ack waits for others to share its request, ms (default 60: longer
+   * than one engine message of 32 texts, so two messages' results share a request; never waits
+   * once every job in flight has finished).
+   */
   ackLingerMs?: number;
   /** Most acks in one `POST /v1/jobs/ack` (default 128). */
   ackBatchMax?: number;
