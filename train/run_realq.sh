@@ -29,6 +29,9 @@
 #   RUN=realq8 BUDGET=30 EXTRA_SHARE=0.35 LR=2e-4 NEAR=1 EMA=0.999 CORR=3 SEED=8 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # realq9 (2026-12-05, from stage 14): half the learning rate (not shipped either; model card):
 #   RUN=realq9 BUDGET=15 EXTRA_SHARE=0.35 LR=1e-4 NEAR=1 EMA=0.999 CORR=1 SEED=9 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# realq10 (2026-12-05, from stage 14): the real queries and 265 k variants of them the teacher labelled
+# (train/augment.py: cut, thinned, word-swapped and joined queries; EXTRA names the training set):
+#   RUN=realq10 BUDGET=25 EXTRA=realqaug_train EXTRA_SHARE=0.35 LR=2e-4 NEAR=1 EMA=0.999 CORR=1 SEED=10 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # Needs run_real.sh's and run_broad.sh's data; labels what is missing first
 # (pool shards, realq shards: both resumable, a no-op when complete).  One process, nice 19, 2 threads.
 set -euo pipefail
@@ -39,7 +42,7 @@ RUN="${RUN:-realq1}"
 BUDGET="${BUDGET:-180}"
 mkdir -p "$W/$RUN"
 if [ "${DETACH:-0}" = 1 ]; then
-  DETACH=0 RUN="$RUN" BUDGET="$BUDGET" EXTRA_SHARE="${EXTRA_SHARE:-0.5}" LR="${LR:-3e-4}" NEAR="${NEAR:-}" EMA="${EMA:-}" REL="${REL:-}" CORR="${CORR:-}" SEED="${SEED:-0}" DETACHED=1 setsid nohup bash "$0" >> "$W/$RUN/run.log" 2>&1 < /dev/null &
+  DETACH=0 RUN="$RUN" BUDGET="$BUDGET" EXTRA_SHARE="${EXTRA_SHARE:-0.5}" LR="${LR:-3e-4}" NEAR="${NEAR:-}" EMA="${EMA:-}" REL="${REL:-}" CORR="${CORR:-}" SEED="${SEED:-0}" EXTRA="${EXTRA:-realq_train}" DETACHED=1 setsid nohup bash "$0" >> "$W/$RUN/run.log" 2>&1 < /dev/null &
   echo "started in the background (pid $!); log: $W/$RUN/train.log, script output: $W/$RUN/run.log"
   exit 0
 fi
@@ -56,13 +59,14 @@ PY="nice -n 19 python3"
 
 # 1. teacher labels still missing (shards appear only when complete; finished ones are skipped)
 $PY train/label.py --pool --token-shards 10
-$PY train/label.py --shards "$W/realq_train.txt"
+EXTRA="${EXTRA:-realq_train}"
+$PY train/label.py --shards "$W/$EXTRA.txt"
 # the dev curve covers web / questions / dup (appended once; a no-op afterwards)
 for d in web questions dup; do $PY train/pool.py append-dev $d; done
 
 # 2. distillation from the shipped model; --resume starts fresh when the run has no checkpoint yet
 $PY train/distil.py --init models/ternlight-int4.bin --run "$RUN" --resume \
-  --extra realq_train --extra-weight web=60,questions=25,dup=15 --extra-share "${EXTRA_SHARE:-0.5}" --extra-mix step \
+  --extra "$EXTRA" --extra-weight web=60,questions=25,dup=15 --extra-share "${EXTRA_SHARE:-0.5}" --extra-mix step \
   --domain-weight faq=6,queries=1.3,webq=1.5,ents=1.5 \
   --lr "${LR:-3e-4}" --warmup-frac 0.01 --time-budget "$BUDGET" --ckpt-every 100 --eval-every 200 --save-best \
   --seed "${SEED:-0}" ${NEAR:+--near "$NEAR"} ${EMA:+--ema "$EMA"} ${REL:+--rel "$REL"} ${CORR:+--corr "$CORR"}
