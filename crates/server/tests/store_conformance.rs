@@ -163,8 +163,19 @@ async fn sqlite_refuses_a_file_that_is_not_a_database() {
     assert!(err.to_string().contains("not a database"), "{err}");
 }
 
+/// The cache table's definition as stored in the database file.
+fn cache_table_sql(dir: &std::path::Path) -> String {
+    let c = rusqlite::Connection::open(dir.join("ternflow.sqlite3")).unwrap();
+    c.query_row(
+        "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'cache'",
+        [],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
 /// A database made before cache entries recorded their writer gains the column on open, and
-/// keeps its entries.
+/// keeps its entries (in the rowid table that replaced the `WITHOUT ROWID` one).
 #[tokio::test]
 async fn sqlite_migrates_a_cache_without_writers() {
     let dir = tempfile::tempdir().unwrap();
@@ -186,9 +197,81 @@ async fn sqlite_migrates_a_cache_without_writers() {
         .expect("the old entry");
     assert_eq!((e.vector.0, e.fence, e.by), (vec![1.0], 3, None));
     drop(s);
+    assert!(!cache_table_sql(dir.path()).contains("WITHOUT ROWID"));
     // Opening again does nothing more.
     let s = SqliteStore::open(dir.path(), Synchronous::Normal).unwrap();
     assert!(s.cache_get("m:k", 10).await.unwrap().is_some());
+}
+
+/// A `WITHOUT ROWID` cache with writers (the previous schema) becomes a rowid table on open,
+/// every entry kept whole (writer, fence, expiry, vector) and its expiry index made anew; an
+/// entry written after it replaces, reads and sweeps as before.
+#[tokio::test]
+async fn sqlite_migrates_a_without_rowid_cache_with_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let by = r#"{"tenant":"t","sub":"w-1","worker":"w","at":5}"#;
+    {
+        let c = rusqlite::Connection::open(dir.path().join("ternflow.sqlite3")).unwrap();
+        c.execute_batch(
+            "CREATE TABLE cache (key TEXT PRIMARY KEY, model_id TEXT NOT NULL, \
+             vector BLOB NOT NULL, fence INTEGER NOT NULL, expires_at INTEGER NOT NULL, \
+             by_json TEXT) WITHOUT ROWID; \
+             CREATE INDEX cache_expiry ON cache (expires_at);",
+        )
+        .unwrap();
+        for (i, exp) in [(0u32, 1_000_000i64), (1, 50), (2, 2_000_000)] {
+            c.execute(
+                "INSERT INTO cache VALUES (?1, 'm', ?2, ?3, ?4, ?5)",
+                rusqlite::params![
+                    format!("m:k{i}"),
+                    (i as f32).to_le_bytes().to_vec(),
+                    i64::from(i) + 7,
+                    exp,
+                    by
+                ],
+            )
+            .unwrap();
+        }
+    }
+    let s = SqliteStore::open(dir.path(), Synchronous::Normal).unwrap();
+    for i in [0u32, 2] {
+        let e = s.cache_get(&format!("m:k{i}"), 100).await.unwrap().unwrap();
+        assert_eq!(e.vector.0, vec![i as f32]);
+        assert_eq!(e.fence, u64::from(i) + 7);
+        let w = e.by.expect("its writer");
+        assert_eq!((w.tenant.as_str(), w.sub.as_str(), w.at), ("t", "w-1", 5));
+    }
+    assert!(s.cache_get("m:k1", 100).await.unwrap().is_none(), "expired");
+    assert_eq!(
+        s.sweep(100, 10).await.unwrap(),
+        1,
+        "the expired entry swept"
+    );
+    let mut e = s.cache_get("m:k0", 100).await.unwrap().unwrap();
+    e.fence = 9;
+    assert!(matches!(
+        s.cache_put("m:k0", e, Fenced::ByLease, 100).await.unwrap(),
+        PutOutcome::Stored { replaced: true }
+    ));
+    drop(s);
+    let sql = cache_table_sql(dir.path());
+    assert!(!sql.contains("WITHOUT ROWID"), "{sql}");
+    let c = rusqlite::Connection::open(dir.path().join("ternflow.sqlite3")).unwrap();
+    let (n, idx): (i64, i64) = c
+        .query_row(
+            "SELECT (SELECT COUNT(*) FROM cache), (SELECT COUNT(*) FROM sqlite_schema \
+             WHERE type = 'index' AND name = 'cache_expiry' AND tbl_name = 'cache')",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((n, idx), (2, 1));
+    assert_eq!(
+        c.query_row("SELECT fence FROM cache WHERE key = 'm:k0'", [], |r| r
+            .get::<_, i64>(0))
+            .unwrap(),
+        9
+    );
 }
 
 #[tokio::test]

@@ -56,7 +56,9 @@ mod integrity;
 
 const SCHEMA: &str = include_str!("schema.sql");
 
-/// Columns added after a database was first made (`ALTER TABLE … ADD COLUMN`, once).
+/// Brings a database made by an earlier version to this schema, once, keeping its data:
+/// `cache.by_json` (the writer, added with result verification) and the cache as a rowid table
+/// (it was `WITHOUT ROWID`; see schema.sql).
 fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     let has_by: bool = conn.query_row(
         "SELECT COUNT(*) FROM pragma_table_info('cache') WHERE name = 'by_json'",
@@ -66,8 +68,29 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     if !has_by {
         conn.execute_batch("ALTER TABLE cache ADD COLUMN by_json TEXT")?;
     }
+    let sql: String = conn.query_row(
+        "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'cache'",
+        [],
+        |r| r.get(0),
+    )?;
+    if sql.to_ascii_uppercase().contains("WITHOUT ROWID") {
+        // One transaction: a crash leaves the old table or the new one, never neither. The
+        // schema, run again, makes the new table and its index.
+        conn.execute_batch(&format!(
+            "BEGIN IMMEDIATE; \
+             ALTER TABLE cache RENAME TO cache_without_rowid; \
+             DROP INDEX IF EXISTS cache_expiry; \
+             {SCHEMA}; \
+             INSERT INTO cache (key, model_id, vector, fence, expires_at, by_json) \
+               SELECT key, model_id, vector, fence, expires_at, by_json FROM cache_without_rowid \
+               ORDER BY expires_at; \
+             DROP TABLE cache_without_rowid; \
+             COMMIT;"
+        ))?;
+    }
     Ok(())
 }
+
 /// Rows moved per claim by the delayed → ready and lease-expiry passes.
 const PASS_LIMIT: i64 = 1_000;
 /// `done_retention_ms` value meaning "keep finished jobs forever".
