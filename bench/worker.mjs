@@ -8,7 +8,9 @@
 // machine's speed wanders between consecutive runs by more than the effect being measured).
 // Prints: bare-engine vs end-to-end queue throughput with one worker each (0 %, 50 % remote, 100 % local and
 // 100 % remote hits, and 0 % hits under producer-chosen job ids), local hit latency (same
-// worker, and read from IndexedDB after a reload) vs a miss's, wasm memory after the model loads, and the cold start.
+// worker, and read from IndexedDB after a reload) vs a miss's, wasm memory after the model loads, and the cold start;
+// and the server's verification of the results: the token's identity passes its probation on
+// 256 jobs before the measured phases (printed apart: once per identity), then samples.
 import { spawn, execFileSync } from "node:child_process";
 import { readFileSync, existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -62,6 +64,7 @@ const cfg = ${JSON.stringify({ api, token, concurrency: args.concurrency, worker
 const rawSets = ${JSON.stringify(Array.from({ length: args.repeat }, (_, i) => texts(`raw${i}-`, args.shareN ?? args.n)))};
 const queueSets = ${JSON.stringify(Array.from({ length: args.repeat }, (_, i) => texts(`queue${i}-`, args.shareN ?? args.n)))};
 const warm = ${JSON.stringify(texts("warm", 30))};
+const trustTexts = ${JSON.stringify(texts("trust", 256))};
 const missTexts = ${JSON.stringify(texts("miss", args.n))};
 const queueTexts = queueSets[queueSets.length - 1].slice(0, ${args.n});
 const halfNew = ${JSON.stringify(texts("half", args.n))};
@@ -140,6 +143,21 @@ try {
     es.onopen = () => opened({ done });
     es.onerror = () => es.readyState === EventSource.CLOSED && failed(new Error("events stream failed"));
   });
+  // The server verifies every result of a worker identity it does not trust yet (probation:
+  // whole ack batches until enough matched, crate::integrity), once per identity. The measured
+  // phases are steady state: a worker of the same token (the same identity) passes probation
+  // first, and its cost is printed on its own line.
+  {
+    const ids = await enqueue(trustTexts.map((text) => ({ text })));
+    const finished = await allFinished(ids);
+    const t = new EmbeddingWorker({ config: cfg.config, server: { url: cfg.api, token: cfg.token }, model: { url: "/model.bin" }, dbName: "bench-trust-" + Date.now() });
+    await t.ready;
+    await t.start(cfg.concurrency ? { concurrency: cfg.concurrency } : {});
+    await finished.done;
+    await t.stop({ deadline: 5000 });
+    t.terminate();
+    await fetch("/__cpu?trusted=1");
+  }
   const qs = await Promise.all(Array.from({ length: cfg.workers }, async (_, i) => {
     const w = new EmbeddingWorker({ config: cfg.config, server: { url: cfg.api, token: cfg.token }, model: { url: "/model.bin" }, dbName: "bench-q-" + i + "-" + Date.now() });
     await w.ready;
@@ -259,6 +277,14 @@ try {
 } catch (e) { if (e !== "done") window.__error = String(e && e.stack || e); }
 </script>`;
 
+// The server's verification counters (results recomputed, engine µs), from its /metrics.
+const verification = async () => {
+  const prom = await (await fetch(`${api}/metrics`, { headers: { authorization: `Bearer ${token}` } })).text();
+  const metric = (name) => Number(prom.match(new RegExp(`^ternflow_${name}(?:_total)? (\\S+)$`, "m"))?.[1] ?? NaN);
+  return { verified: metric("results_verified"), us: metric("verify_micros") };
+};
+let trusted = { verified: 0, us: 0 };
+
 // Snapshots by mark name; the roots are the server and the browser Playwright starts (found lazily).
 const marks = new Map();
 let browserPids = [];
@@ -293,7 +319,12 @@ const http = await serveStatic({ "/": page }, {
   files: { "/model.bin": model, "/pkg/ternlight-int4.bin": model, ...(args.pkg ? { "/pkg/": args.pkg } : {}) },
   headers: { "Cache-Control": "no-store", "Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp" },
   routes: {
-    "/__cpu": (url, res) => {
+    "/__cpu": async (url, res) => {
+      if (url.searchParams.get("trusted")) {
+        // The probation above is over: the server's verification counters so far.
+        trusted = await verification();
+        return res.writeHead(204).end();
+      }
       marks.set(url.searchParams.get("mark"), { at: performance.now(), cpu: snapshot(cpuRoots()) });
       // BENCH_MARKS=1: each mark's CLOCK_MONOTONIC time in seconds on stderr, for `perf record -k mono`
       // and `perf report --time START,END` over one phase.
@@ -326,6 +357,8 @@ try {
   if (args.workers === 1) console.log(`CPU per job outside the engine (0% hits minus bare, the two lines above): ${(cpuPerJob("q0", r.shareN) - cpuPerJob("bare", r.shareN)).toFixed(3)} ms`);
   const c = r.stats.counters;
   console.log(`batches of the first worker at 0% hits (its counters): ${c.jobs_done ?? 0} jobs done, ${c.ack_batches ?? 0} ack requests = ${((c.jobs_done ?? 0) / (c.ack_batches || 1)).toFixed(1)} jobs per ack, ${c.heartbeat_batches ?? 0} heartbeat requests, ${c.engine_embeds ?? 0} engine embeds, ${r.stats.gauges.local_reads_skipped ?? 0} local reads answered without IndexedDB`);
+  // BENCH_COUNTERS=1: every counter and gauge of that worker (retries, failures, leases lost).
+  if (process.env.BENCH_COUNTERS) console.log(`counters of the first worker: ${JSON.stringify(c)}; gauges: ${JSON.stringify(r.stats.gauges)}`);
   const src = (x) => Object.entries(x.sources).map(([k, v]) => `${k} ${v}`).join(", ");
   if (r.localHits) {
   const lhRate = (r.n * 1000) / r.localHits.ms;
@@ -347,10 +380,10 @@ try {
   console.log(`wasm memory of the first queue worker after 0% hits: ${mib(g.wasm_memory_bytes)} in its thread + ${mib(g.engine_worker_memory_bytes)} in its engine worker; JS heaps of the page and its workers ${mib(r.memory?.bytes)} (measureUserAgentSpecificMemory)`);
   // The server's side of verifying the workers' results (crate::integrity: probation, then a
   // sample), over the whole run: its share of "CPU outside the engine" in the rows above.
-  const prom = await (await fetch(`${api}/metrics`, { headers: { authorization: `Bearer ${token}` } })).text();
-  const metric = (name) => Number(prom.match(new RegExp(`^ternflow_${name}(?:_total)? (\\S+)$`, "m"))?.[1] ?? NaN);
-  const verified = metric("results_verified"), verifyUs = metric("verify_micros");
-  console.log(`server verification over the run: ${verified} results recomputed, ${(verifyUs / 1000).toFixed(1)} ms of engine CPU = ${(verifyUs / 1000 / (verified || 1)).toFixed(3)} ms each`);
+  const all = await verification();
+  const line = (v) => `${v.verified} results recomputed, ${(v.us / 1000).toFixed(1)} ms of engine CPU = ${(v.us / 1000 / (v.verified || 1)).toFixed(3)} ms each`;
+  console.log(`server verification, the identity's probation before the measured phases (256 jobs, once per identity): ${line(trusted)}`);
+  console.log(`server verification over the measured phases (sampled): ${line({ verified: all.verified - trusted.verified, us: all.us - trusted.us })}`);
 } finally {
   await browser.close();
   http.close();

@@ -52,7 +52,7 @@ med() { printf '%s\n' "$@" | sort -n | sed -n "$(( ($# + 1) / 2 ))p"; }
   echo "This file is the script's output; rerun it rather than editing it."
 
   section "Worker pipeline in headless Chromium (node bench/worker.mjs)"
-  echo "# one worker: --n $N --share-n $SHARE_N --repeat 5; two workers: --n $N"
+  echo "# one worker: --n $N --share-n $SHARE_N --repeat 5; one per core: --n $N --share-n $((SHARE_N * $(nproc))) --repeat 5"
   # Five bare/queue pairs for the one-worker share (a run of three moves by ±10 points here), on
   # SHARE_N jobs: at ~650 embeds/s a phase of 600 lasted under a second, and its fill (start() to
   # the first result, ~90 ms: latency, not throughput) weighed ~8 % of it; 2 400 last ~4 s, as
@@ -60,9 +60,13 @@ med() { printf '%s\n' "$@" | sort -n | sed -n "$(( ($# + 1) / 2 ))p"; }
   node bench/worker.mjs --n "$N" --share-n "$SHARE_N" --repeat 5 2>/dev/null
   # One worker per core: each engine on its worker's thread (with an engine worker each, the
   # extra threads only add switching when every core already runs an engine: docs/worker.md).
-  node bench/worker.mjs --n "$N" --workers "$(nproc)" --config '{"engineWorker":false}' 2>/dev/null | grep -E "^(chromium|bare|end-to-end|CPU)"
+  # SHARE_N jobs per worker and five pairs, as above: 600 jobs over two workers lasted ~0.6 s,
+  # a fifth of it the fill.
+  per_core=$((SHARE_N * $(nproc)))
+  node bench/worker.mjs --n "$N" --share-n "$per_core" --repeat 5 --workers "$(nproc)" --config '{"engineWorker":false}' 2>/dev/null \
+    | grep -E "^(chromium|bare|end-to-end queue \(|  of which|CPU|server verification)"
   echo "(the same, an engine worker each:)"
-  node bench/worker.mjs --n "$N" --workers "$(nproc)" 2>/dev/null | grep -E "^(chromium|end-to-end)"
+  node bench/worker.mjs --n "$N" --share-n "$per_core" --repeat 5 --workers "$(nproc)" 2>/dev/null | grep -E "^(chromium|end-to-end queue \(|  of which)"
   endsec
 
   section "Server queue and cache on Redis vs BullMQ and redis-benchmark (same Redis)"
