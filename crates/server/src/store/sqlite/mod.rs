@@ -74,6 +74,12 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
         |r| r.get(0),
     )?;
     if sql.to_ascii_uppercase().contains("WITHOUT ROWID") {
+        let n: i64 = conn.query_row("SELECT COUNT(*) FROM cache", [], |r| r.get(0))?;
+        // A big cache takes a while (every entry copied once): say why the start waits.
+        tracing::info!(
+            entries = n,
+            "converting the cache table to a rowid table (once)"
+        );
         // One transaction: a crash leaves the old table or the new one, never neither. The
         // schema, run again, makes the new table and its index.
         conn.execute_batch(&format!(
