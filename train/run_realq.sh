@@ -32,6 +32,10 @@
 # realq10 (2026-12-05, from stage 14): the real queries and 265 k variants of them the teacher labelled
 # (train/augment.py: cut, thinned, word-swapped and joined queries; EXTRA names the training set):
 #   RUN=realq10 BUDGET=25 EXTRA=realqaug_train EXTRA_SHARE=0.35 LR=2e-4 NEAR=1 EMA=0.999 CORR=1 SEED=10 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# realq11 (2026-12-05 evening, from stage 14; spans sessions: rerun the same command to resume):
+# every run since stage 12 used 1e-4 to 2e-4 for <= 90 minutes and sat at one plateau; this one
+# tries a long schedule at 5e-4 (stages 2-8 ran at 5e-4 to 1e-3):
+#   RUN=realq11 BUDGET=180 EXTRA_SHARE=0.35 LR=5e-4 NEAR=1 EMA=0.999 CORR=1 SEED=11 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # Needs run_real.sh's and run_broad.sh's data; labels what is missing first
 # (pool shards, realq shards: both resumable, a no-op when complete).  One process, nice 19, 2 threads.
 set -euo pipefail
