@@ -37,8 +37,10 @@ pub struct Policy {
     /// Check results at all (off: shape checks and provenance only).
     pub enabled: bool,
     /// Results of a new writer verified (all of them, before they are stored) before it is
-    /// trusted enough for sampling. Default 32: one claim's worth of a default worker, and ≈ 32
-    /// engine runs of server CPU per new visitor (≈ 30 ms with the shipped model).
+    /// trusted enough for sampling. Default 32. Probation goes by whole ack requests (and those
+    /// already on their way), so a default worker, acking ~60 results a request, has 75–136
+    /// recomputed: 56–112 ms of server CPU per new identity with the shipped model
+    /// (docs/security.md).
     pub probation: u64,
     /// Fraction of a trusted writer's results recomputed after they are stored (0..=1).
     /// Default 0.05: a liar is caught after 1 / 0.05 = 20 lies on average, for 5 % of the
