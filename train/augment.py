@@ -15,8 +15,10 @@ Variants, one kind drawn per text (--per variants of each training text, concate
   swap    1-2 words replaced by words of other texts of the same domain
   concat  the text and another of its domain, joined with a space
 Kept only when new: the key (queries_real.key) of no training text, no dev or test text of any
-domain, and no protocol query nor a token-Jaccard near-duplicate of one (queries_real.protocol_leaks,
-without the teacher: train/test_leakage.py checks the teacher cosine of every labelled variant).
+domain, and no protocol query, token-Jaccard near-duplicate of one, nor a text whose teacher vector
+is within cosine 0.95 of one (queries_real.protocol_leaks, as for the real queries: a first version
+without the teacher check let 'human growth hormone' through, 0.9509 to 'what is human growth
+hormone'); train/test_leakage.py checks every labelled variant again.
 Variants of the held-out sources cannot arise: only training texts are varied.
 
     TERN_WORK=... python3 train/augment.py [--per 1] [--concat 0.3] [--seed 40]
@@ -32,9 +34,9 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import queries_real as Q  # noqa: E402
+from label import SHARD  # noqa: E402
 
 WORK = os.environ.get("TERN_WORK", os.path.join(HERE, "work"))
-SHARD = 10000  # label.py's shard size
 
 
 def read(p):
@@ -116,7 +118,7 @@ def main():
                 made["concat"] = made.get("concat", 0) + 1
 
     items = json.load(open(Q.TQ))
-    drop, n_cand, _ = Q.protocol_leaks({k: [v[0]] for k, v in out.items()}, items, teacher=False)
+    drop, n_cand, n_cos = Q.protocol_leaks({k: [v[0]] for k, v in out.items()}, items)
     for k in drop:
         del out[k]
     keys = sorted(out)
@@ -124,24 +126,31 @@ def main():
     stem = os.path.join(w, "realqaug_train")
     with open(stem + ".txt", "w", encoding="utf-8") as ft, open(stem + "_domains.txt", "w") as fd, \
             open(stem + "_sources.txt", "w") as fs:
-        for t, d, s in zip(texts, doms, srcs):
-            ft.write(t + "\n"), fd.write(d + "\n"), fs.write(s + "\n")
-        for k in keys:
-            t, d, s, kind = out[k]
-            ft.write(t + "\n"), fd.write(d + "\n"), fs.write(f"{s}+{kind}\n")
-    # the shards wholly inside realq_train.txt are the same texts: link their labels
+        rows = list(zip(texts, doms, srcs)) + [(out[k][0], out[k][1], f"{out[k][2]}+{out[k][3]}") for k in keys]
+        for t, d, s in rows:
+            ft.write(t + "\n")
+            fd.write(d + "\n")
+            fs.write(s + "\n")
+    # Labels: the shards wholly inside realq_train.txt are the same texts (linked); every later
+    # shard of an earlier realqaug_train holds other texts now (label.py only fills missing
+    # shards), so it goes.
     lab = os.path.join(w, "labels")
-    linked = 0
-    for s in range(len(texts) // SHARD):
+    kept = len(texts) // SHARD
+    linked = removed = 0
+    for p in glob.glob(os.path.join(lab, "realqaug_train_[0-9][0-9][0-9][0-9].npy")):
+        if int(p[-8:-4]) >= kept:
+            os.remove(p)
+            removed += 1
+    for s in range(kept):
         src = os.path.join(lab, f"realq_train_{s:04d}.npy")
         dst = os.path.join(lab, f"realqaug_train_{s:04d}.npy")
         if os.path.exists(src) and not os.path.exists(dst):
             os.link(src, dst)
             linked += 1
     stats = {"training_texts": len(texts), "variants": len(keys), "made_by_kind": made,
-             "dropped_near_protocol": len(drop), "protocol_candidates": n_cand,
+             "dropped_near_protocol": len(drop), "protocol_candidates": n_cand, "teacher_cosines_checked": n_cos,
              "by_domain": {d: sum(1 for k in keys if out[k][1] == d) for d in by_dom},
-             "label_shards_linked": linked, "seed": args.seed, "per": args.per, "concat": args.concat}
+             "label_shards_linked": linked, "stale_label_shards_removed": removed, "seed": args.seed, "per": args.per, "concat": args.concat}
     json.dump(stats, open(os.path.join(w, "realqaug_stats.json"), "w"), indent=1)
     print(json.dumps(stats))
 

@@ -7,9 +7,11 @@ Asserts, on the files in $TERN_WORK:
   1. none of Ternlight's protocol queries ($TERNLIGHT_QUERIES, default
      $TERN_WORK/../ternlight_eval/spearman_smoke_1k.json) is in the training or dev texts (realq_train.txt,
      {web,questions,dup}_{train,dev}.tsv, dev_{web,questions,dup}.tsv) or the test sets, neither by the
-     normalised key (queries_real.key) nor as a near-duplicate with token Jaccard >= 0.8;
+     normalised key (queries_real.key) nor as a near-duplicate with token Jaccard >= 0.8; the same for
+     realqaug_train.txt (train/augment.py's variants) when it exists;
   2. teacher cosine < 0.95 to every protocol query for every text whose teacher label exists
-     (labels/realq_train_NNNN.npy shards finished so far, dev_*_teacher.npy, test_*_teacher.npy);
+     (labels/realq_train_NNNN.npy and labels/realqaug_train_NNNN.npy shards finished so far,
+     dev_*_teacher.npy, test_*_teacher.npy);
      prints how many texts this covered;
   3. no dev or test text (by key) is in the training texts, and dev and test are disjoint;
   4. the finished label shards are float16 [n, 384], unit-norm rows, one row per text.
@@ -47,8 +49,11 @@ def main():
     ref = np.array([it["teacher_emb"] for it in items], np.float32)
     ref /= np.linalg.norm(ref, axis=1, keepdims=True)
 
-    train = lines(os.path.join(W, "realq_train.txt"))
-    sets = {"realq_train.txt": train}
+    # The training texts: the real queries, and their labelled variants when made.
+    stems = {"realq_train": lines(os.path.join(W, "realq_train.txt"))}
+    if os.path.exists(os.path.join(W, "realqaug_train.txt")):
+        stems["realqaug_train"] = lines(os.path.join(W, "realqaug_train.txt"))
+    sets = {f"{stem}.txt": texts for stem, texts in stems.items()}
     for d in DOMAINS:
         for sp in ("train", "dev", "test"):
             sets[f"{d}_{sp}.tsv"] = tsv_texts(os.path.join(W, f"{d}_{sp}.tsv"), 2)
@@ -73,11 +78,12 @@ def main():
 
     # 2. teacher cosine on whatever is labelled
     covered, worst = 0, (-1.0, "", "")
-    shards = sorted(glob.glob(os.path.join(W, "labels", "realq_train_[0-9][0-9][0-9][0-9].npy")))
-    for p in shards:
+    shards = [(p, stem) for stem in stems
+              for p in sorted(glob.glob(os.path.join(W, "labels", f"{stem}_[0-9][0-9][0-9][0-9].npy")))]
+    for p, stem in shards:
         s = int(p[-8:-4])
         y = np.load(p).astype(np.float32)
-        chunk = train[s * SHARD:(s + 1) * SHARD]
+        chunk = stems[stem][s * SHARD:(s + 1) * SHARD]
         # 4. shard sanity
         if y.dtype != np.float32 or np.load(p, mmap_mode="r").dtype != np.float16 or y.shape != (len(chunk), 384):
             print(f"FAIL: {p}: dtype {np.load(p, mmap_mode='r').dtype} shape {y.shape} for {len(chunk)} texts")
@@ -105,13 +111,14 @@ def main():
             i, j = np.unravel_index(sims.argmax(), sims.shape)
             if sims[i, j] > worst[0]:
                 worst = (float(sims[i, j]), texts[i], items[j]["text"])
-    print(f"teacher cosine checked for {covered} texts ({len(shards)} of {(len(train) + SHARD - 1) // SHARD} "
-          f"realq_train shards + labelled dev/test sets); max cosine to a protocol query {worst[0]:.4f} "
+    total = sum((len(t) + SHARD - 1) // SHARD for t in stems.values())
+    print(f"teacher cosine checked for {covered} texts ({len(shards)} of {total} "
+          f"{' + '.join(stems)} shards + labelled dev/test sets); max cosine to a protocol query {worst[0]:.4f} "
           f"({worst[1]!r} ~ {worst[2]!r})")
     ok &= worst[0] < COS_DROP
 
     # 3. split disjointness
-    tk = {key(t) for t in train}
+    tk = {key(t) for texts in stems.values() for t in texts}
     for d in DOMAINS:
         dv = {key(t) for t in sets[f"{d}_dev.tsv"]}
         te = {key(t) for t in sets[f"{d}_test.tsv"]}
