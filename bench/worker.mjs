@@ -10,7 +10,7 @@
 // 100 % remote hits, and 0 % hits under producer-chosen job ids), local hit latency (same
 // worker, and read from IndexedDB after a reload) vs a miss's, wasm memory after the model loads, and the cold start;
 // and the server's verification of the results: the token's identity passes its probation on
-// 256 jobs before the measured phases (printed apart: once per identity), then samples.
+// TRUST_JOBS (256) jobs before the measured phases (printed apart: once per identity), then samples.
 import { spawn, execFileSync } from "node:child_process";
 import { readFileSync, existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -49,6 +49,8 @@ const run = Date.now().toString(36);
 const texts = (tag, n) => Array.from({ length: n }, (_, i) => `${base[i % base.length]} ${tag}${run}${i}`);
 
 const token = `bench-${Math.random().toString(36).slice(2)}`;
+// Jobs a worker of the token runs before the measured phases (the identity's probation).
+const TRUST_JOBS = 256;
 const srvPort = await freePort();
 const server = spawn(bin, ["serve", "--addr", `127.0.0.1:${srvPort}`, "--data-dir", join(tmp, "data"),
   "--model", model, "--insecure-dev-token", token, "--cors-allow-localhost"], { stdio: ["ignore", process.env.BENCH_SERVER_LOG ? process.stderr : "ignore", "inherit"] });
@@ -64,7 +66,7 @@ const cfg = ${JSON.stringify({ api, token, concurrency: args.concurrency, worker
 const rawSets = ${JSON.stringify(Array.from({ length: args.repeat }, (_, i) => texts(`raw${i}-`, args.shareN ?? args.n)))};
 const queueSets = ${JSON.stringify(Array.from({ length: args.repeat }, (_, i) => texts(`queue${i}-`, args.shareN ?? args.n)))};
 const warm = ${JSON.stringify(texts("warm", 30))};
-const trustTexts = ${JSON.stringify(texts("trust", 256))};
+const trustTexts = ${JSON.stringify(texts("trust", TRUST_JOBS))};
 const missTexts = ${JSON.stringify(texts("miss", args.n))};
 const queueTexts = queueSets[queueSets.length - 1].slice(0, ${args.n});
 const halfNew = ${JSON.stringify(texts("half", args.n))};
@@ -382,7 +384,7 @@ try {
   // sample), over the whole run: its share of "CPU outside the engine" in the rows above.
   const all = await verification();
   const line = (v) => `${v.verified} results recomputed, ${(v.us / 1000).toFixed(1)} ms of engine CPU = ${(v.us / 1000 / (v.verified || 1)).toFixed(3)} ms each`;
-  console.log(`server verification, the identity's probation before the measured phases (256 jobs, once per identity): ${line(trusted)}`);
+  console.log(`server verification, the identity's probation before the measured phases (${TRUST_JOBS} jobs, once per identity): ${line(trusted)}`);
   console.log(`server verification over the measured phases (sampled): ${line({ verified: all.verified - trusted.verified, us: all.us - trusted.us })}`);
 } finally {
   await browser.close();
