@@ -75,6 +75,7 @@ macro_rules! store_conformance_tests {
         $crate::store_conformance_tests!(@cases $fresh;
             enqueue_dedups,
             claim_orders_by_priority_then_fifo,
+            fifo_holds_across_batches,
             delayed_jobs_wait,
             heartbeat_and_ack,
             expired_lease_is_redelivered,
@@ -426,6 +427,42 @@ pub async fn claim_orders_by_priority_then_fifo<S: Store>(s: S) {
     let st = s.status("n1").await.unwrap().unwrap();
     assert!(matches!(st.state, JobState::Leased { ref worker, .. } if worker == "w"));
     assert!(s.status("nope").await.unwrap().is_none());
+}
+
+/// A conformance case (see the [module docs](self)).
+///
+/// FIFO holds across enqueue batches, and a delayed job queues behind the jobs enqueued ready
+/// while it waited.
+pub async fn fifo_holds_across_batches<S: Store>(s: S) {
+    s.enqueue(vec![job("a", 0, T0), job("b", 0, T0)], T0)
+        .await
+        .unwrap();
+    s.enqueue(vec![job("late", 0, T0 + 10)], T0).await.unwrap();
+    s.enqueue(vec![job("c", 0, T0)], T0).await.unwrap();
+    let c = s.claim("w", 2, 1_000, 5, T0).await.unwrap();
+    let ids: Vec<_> = c.jobs.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b"]);
+    s.enqueue(vec![job("d", 0, T0 + 5), job("e", 1, T0 + 5)], T0 + 5)
+        .await
+        .unwrap();
+    let c = s.claim("w", 1, 1_000, 5, T0 + 5).await.unwrap();
+    assert_eq!(
+        c.jobs[0].id, "e",
+        "a higher priority first, whatever its batch"
+    );
+    let c = s.claim("w", 10, 1_000, 5, T0 + 20).await.unwrap();
+    let ids: Vec<_> = c.jobs.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["c", "d", "late"],
+        "FIFO across batches; a delayed job queues when due"
+    );
+    assert!(
+        c.jobs
+            .windows(2)
+            .all(|w| w[0].lease.fence < w[1].lease.fence),
+        "fences grow"
+    );
 }
 
 /// A conformance case (see the [module docs](self)).

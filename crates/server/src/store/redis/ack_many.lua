@@ -34,7 +34,7 @@ end
 if #finished > 0 then
   redis.call('ZREM', leased, unpack(finished))
   local scored = {}
-  for _, id in ipairs(finished) do scored[#scored + 1] = 0; scored[#scored + 1] = id end
+  for _, id in ipairs(finished) do scored[#scored + 1] = '0'; scored[#scored + 1] = id end
   redis.call('ZADD', done, unpack(scored))
 end
 return out

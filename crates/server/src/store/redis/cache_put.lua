@@ -19,8 +19,8 @@ if ARGV[10] ~= '' then redis.call('HSET', k, 'by', ARGV[10]) else redis.call('HD
 redis.call('PEXPIRE', k, px)
 local size = tonumber(ARGV[11])
 local old = tonumber(redis.call('HGET', lens, ARGV[2]) or '0')
-redis.call('HSET', lens, ARGV[2], size)
+redis.call('HSET', lens, ARGV[2], ARGV[11])
 redis.call('ZADD', sizes, exp, ARGV[2])
-redis.call('INCRBY', bytes, size - old)
+redis.call('INCRBY', bytes, f(size - old))
 if live then return {'1', '1'} end
 return {'1', '0'}

@@ -37,27 +37,28 @@ if max > 0 then
   -- one draw for the fences of the whole batch: base + 1 .. base + n, in claim order
   local n = #popped / 2
   local base = n > 0 and draw_fences(fencek, n, now * 1000) or 0
-  local exp = now + lease
+  local exp = f(now + lease)
+  local now_s = f(now)
   local leased = {}
   for i = 1, #popped, 2 do
     local id = popped[i]
     local k = p..':job:'..id
-    local fence = base + (i + 1) / 2
+    local fence = f(base + (i + 1) / 2)
     local h = redis.call('HMGET', k, 'text', 'model_id', 'trace', 'meta', 'attempt')
-    local attempt = (tonumber(h[5]) or 0) + 1
+    local attempt = f((tonumber(h[5]) or 0) + 1)
     local token = ARGV[6 + (i + 1) / 2]
-    redis.call('HSET', k, 'state', 'leased', 'attempt', attempt, 'token', token, 'fence', f(fence),
-      'expires_at', f(exp), 'worker', worker, 'leased_at', f(now))
-    leased[#leased + 1] = f(exp)
+    redis.call('HSET', k, 'state', 'leased', 'attempt', attempt, 'token', token, 'fence', fence,
+      'expires_at', exp, 'worker', worker, 'leased_at', now_s)
+    leased[#leased + 1] = exp
     leased[#leased + 1] = id
     out[#out+1] = id
     out[#out+1] = h[1] or ''
     out[#out+1] = h[2] or ''
-    out[#out+1] = tostring(attempt)
+    out[#out+1] = attempt
     out[#out+1] = h[3] or ''
     out[#out+1] = token
-    out[#out+1] = f(fence)
-    out[#out+1] = f(exp)
+    out[#out+1] = fence
+    out[#out+1] = exp
     out[#out+1] = h[4] or ''
   end
   if #leased > 0 then

@@ -3,7 +3,7 @@
 -- heartbeat.lua flattened as `n` then its fields:
 -- {'2', fence, expires_at} when extended · {'0'} when the token does not hold the lease.
 local leased = KEYS[1]
-local exp = tonumber(ARGV[2]) + tonumber(ARGV[3])
+local exp = f(tonumber(ARGV[2]) + tonumber(ARGV[3]))
 local out = {}
 local j = 1
 for i = 4, #ARGV, 2 do
@@ -12,9 +12,9 @@ for i = 4, #ARGV, 2 do
   local k = KEYS[j]
   local h = redis.call('HMGET', k, 'state', 'token', 'fence')
   if h[1] == 'leased' and h[2] == token then
-    redis.call('HSET', k, 'expires_at', f(exp))
-    redis.call('ZADD', leased, f(exp), id)
-    out[#out + 1] = '2'; out[#out + 1] = h[3]; out[#out + 1] = f(exp)
+    redis.call('HSET', k, 'expires_at', exp)
+    redis.call('ZADD', leased, exp, id)
+    out[#out + 1] = '2'; out[#out + 1] = h[3]; out[#out + 1] = exp
   else
     out[#out + 1] = '0'
   end

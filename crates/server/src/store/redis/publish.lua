@@ -8,9 +8,9 @@ local seqk, events = KEYS[1], KEYS[2]
 local id = redis.call('INCR', seqk)
 local floor = tonumber(ARGV[3])
 if id < floor then
-  redis.call('SET', seqk, string.format('%.0f', floor))
+  redis.call('SET', seqk, f(floor))
   id = floor
 end
 redis.call('XADD', events, 'MAXLEN', '~', ARGV[4], '*', 'e',
-  '{"id":'..string.format('%.0f', id)..','..string.sub(ARGV[2], 2))
+  '{"id":'..f(id)..','..string.sub(ARGV[2], 2))
 return id
