@@ -323,3 +323,106 @@ async fn redis_done_retention_forgets_finished_jobs() {
     assert!(s.status("a").await.unwrap().is_none());
     assert!(s.enqueue(vec![job("a")], 10).await.unwrap()[0].new);
 }
+
+/// Jobs finished under an earlier version sit in `{P}:done` (every score 0, paged by id); this
+/// version adds to `{P}:finished` (scored by finishing order). A scan reads both, each job once,
+/// across page boundaries in either index; a requeue takes a job off whichever holds it; an
+/// earlier version's cursor (a bare id) still resumes in the old index.
+#[tokio::test]
+async fn redis_scan_reads_the_old_done_index_then_the_new() {
+    use ternflow_server::store::{AckInput, IntegrityStore};
+    use ternflow_server::ResultScan;
+    let redis = common::RedisServer::start();
+    let s = RedisStore::connect(&redis.url(), "scan").await.unwrap();
+    let ids: Vec<String> = (0..11).map(|i| format!("j{i:02}")).collect();
+    s.enqueue(ids.iter().map(|id| job(id)).collect(), 10)
+        .await
+        .unwrap();
+    let claimed = s.claim("w", 11, 60_000, 5, 10).await.unwrap().jobs;
+    // Seven through ack_many, four through ack.
+    let (many, one) = claimed.split_at(7);
+    let acks = many
+        .iter()
+        .map(|j| AckInput {
+            id: j.id.clone(),
+            token: j.lease.token.clone(),
+            result: result(),
+        })
+        .collect();
+    s.ack_many(acks, 10).await.unwrap();
+    for j in one {
+        s.ack(&j.id, &j.lease.token, result(), 10).await.unwrap();
+    }
+    // Five of them as an earlier version left them: in the old index, scored 0.
+    let client = ::redis::Client::open(redis.url()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let scored: Vec<(String, f64)> = ::redis::cmd("ZRANGE")
+        .arg("{scan}:finished")
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let scores: Vec<f64> = scored.iter().map(|(_, s)| *s).collect();
+    assert_eq!(
+        scores,
+        (1..=11).map(f64::from).collect::<Vec<_>>(),
+        "scored by finishing order"
+    );
+    let old = ["j01", "j03", "j05", "j08", "j10"];
+    for id in old {
+        let _: () = ::redis::pipe()
+            .zrem("{scan}:finished", id)
+            .ignore()
+            .zadd("{scan}:done", id, 0)
+            .ignore()
+            .query_async(&mut con)
+            .await
+            .unwrap();
+    }
+    async fn scan_all(s: &RedisStore, first: String) -> Vec<String> {
+        let (mut cursor, mut seen, mut pages) = (first, Vec::new(), 0);
+        loop {
+            let page = s.scan_done(&cursor, 2).await.unwrap();
+            pages += 1;
+            assert!(pages < 100, "the scan ends");
+            seen.extend(page.jobs.into_iter().map(|d| d.id));
+            match page.next {
+                Some(n) => cursor = n,
+                None => break,
+            }
+        }
+        seen
+    }
+    let seen = scan_all(&s, String::new()).await;
+    let mut sorted = seen.clone();
+    sorted.sort();
+    assert_eq!(sorted, ids, "every finished job, each once");
+    assert_eq!(&seen[..5], old, "the old index first, by id");
+    // An earlier version's cursor: the id after which to go on in the old index.
+    let rest = scan_all(&s, "j05".to_owned()).await;
+    assert_eq!(&rest[..2], ["j08", "j10"]);
+    assert_eq!(rest.len(), 8);
+    // A requeue takes a job off either index.
+    let back = s
+        .requeue_done(&["j03".to_owned(), "j04".to_owned()], 20)
+        .await
+        .unwrap();
+    assert_eq!(back.len(), 2);
+    let in_old: Vec<String> = ::redis::cmd("ZRANGE")
+        .arg("{scan}:done")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(in_old, ["j01", "j05", "j08", "j10"]);
+    let in_new: u64 = ::redis::cmd("ZCARD")
+        .arg("{scan}:finished")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(in_new, 5);
+    assert_eq!(scan_all(&s, String::new()).await.len(), 9);
+}

@@ -1,8 +1,9 @@
--- KEYS: the job hash, its history list, leased, done (the index of finished ids).
+-- KEYS: the job hash, its history list, leased, finished (the index of finished ids, scored
+-- by the order they finished), finseq (its counter).
 -- ARGV: prefix, id, token, result JSON, retention ('' = keep), the result's model id.
 -- Reply: {'1', fence, text} done · {'2'} repeated · {'0'} stale · {'-1'} missing ·
 -- {'m', model} refused: the job is of another model (nothing changes, the lease stays).
-local k, hist, leased, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local k, hist, leased, finished, finseq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id, token = ARGV[2], ARGV[3]
 local h = redis.call('HMGET', k, 'state', 'token', 'done_token', 'fence', 'text', 'model_id')
 if not h[1] then return {'-1'} end
@@ -11,7 +12,7 @@ if h[1] == 'leased' and h[2] == token then
   redis.call('HSET', k, 'state', 'done', 'result', ARGV[4], 'done_token', token)
   redis.call('HDEL', k, 'token', 'expires_at', 'fence')
   redis.call('ZREM', leased, id)
-  redis.call('ZADD', done, 0, id)
+  redis.call('ZADD', finished, f(redis.call('INCR', finseq)), id)
   if ARGV[5] ~= '' then
     redis.call('PEXPIRE', k, ARGV[5])
     redis.call('PEXPIRE', hist, ARGV[5])

@@ -171,7 +171,8 @@ impl IntegrityStore for RedisStore {
         self.invoke(&self.scripts.requeue_done, |i| {
             i.key(self.k("ready"))
                 .key(self.k("seq"))
-                .key(self.k("done"));
+                .key(self.k("done"))
+                .key(self.k("finished"));
             for id in ids {
                 i.key(self.key("job", id)).key(self.key("hist", id)).arg(id);
             }

@@ -18,8 +18,9 @@
 //! | `{P}:delayed` | zset | delayed and backing-off ids, score = available_at |
 //! | `{P}:leased` | zset | leased ids, score = lease expiry |
 //! | `{P}:dlq` | zset | dead ids, score = dead_at |
-//! | `{P}:done` | zset | finished ids, all scored 0 (paged by id: `ResultScan`) |
-//! | `{P}:seq`, `{P}:fence`, `{P}:evseq` | string | counters (`INCR`; fences and event ids never below the clock × 1000) |
+//! | `{P}:finished` | zset | finished ids, score = the order they finished (`{P}:finseq`; paged by score: `ResultScan`) |
+//! | `{P}:done` | zset | finished ids as earlier versions indexed them, all scored 0 (paged by id; this version reads it and takes ids off it, never adds) |
+//! | `{P}:seq`, `{P}:fence`, `{P}:evseq`, `{P}:finseq` | string | counters (`INCR`; fences and event ids never below the clock × 1000) |
 //! | `{P}:events` | stream | `e` = `{"id", "event", "data"}` (see `events`) |
 //! | `{P}:cache:{key}` | hash | model_id, vector, fence, expires_at, by |
 //! | `{P}:cachelen` | hash | cache key → its bytes against the cache-bytes quota |
@@ -51,7 +52,7 @@
 //! `appendfsync always` (the tests do).
 //!
 //! Beside this file: `conn` (one server or a cluster, and `WAIT`), `events` (the event stream's
-//! reader), `scan` (`ResultScan` over `{P}:done`) and `integrity` (`IntegrityStore`: standings
+//! reader), `scan` (`ResultScan` over `{P}:done`, then `{P}:finished`) and `integrity` (`IntegrityStore`: standings
 //! and writers).
 
 use std::collections::HashMap;
@@ -531,7 +532,8 @@ impl QueueStore for RedisStore {
                 i.key(self.key("job", id))
                     .key(self.key("hist", id))
                     .key(self.k("leased"))
-                    .key(self.k("done"))
+                    .key(self.k("finished"))
+                    .key(self.k("finseq"))
                     .arg(id)
                     .arg(token)
                     .arg(result)
@@ -560,11 +562,14 @@ impl QueueStore for RedisStore {
         }
         let out: Vec<String> = self
             .invoke_confirmed(&self.scripts.ack_many, |i| {
-                i.key(self.k("leased")).key(self.k("done")).arg(
-                    self.done_retention_ms
-                        .map(|ms| ms.to_string())
-                        .unwrap_or_default(),
-                );
+                i.key(self.k("leased"))
+                    .key(self.k("finished"))
+                    .key(self.k("finseq"))
+                    .arg(
+                        self.done_retention_ms
+                            .map(|ms| ms.to_string())
+                            .unwrap_or_default(),
+                    );
                 for (a, r) in acks.iter().zip(&results) {
                     i.key(self.key("job", &a.id))
                         .key(self.key("hist", &a.id))
