@@ -75,17 +75,23 @@ med() { printf '%s\n' "$@" | sort -n | sed -n "$(( ($# + 1) / 2 ))p"; }
   redis-cli -p "$RPORT" flushall >/dev/null
   echo "# BullMQ 6, same Redis: NODE_PATH=$BULL/node_modules node crates/server/bench/bullmq.mjs $RPORT 20000 8"
   NODE_PATH="$BULL/node_modules" node crates/server/bench/bullmq.mjs "$RPORT" 20000 8
+  # Five interleaved pairs on a flushed Redis and the ratio of their medians; the arguments, if
+  # any, are the command both queues' client processes run under (taskset).
+  queue_pairs() {
+    local label=$1; shift
+    local tf=() bq=()
+    for _ in 1 2 3 4 5; do
+      redis-cli -p "$RPORT" flushall >/dev/null
+      tf+=("$("$@" "$BIN" bench-server --store "redis://127.0.0.1:$RPORT/0" --jobs 20000 --workers 8 --secs 1 2>&1 | awk '/overall/{print $(NF-1)}')")
+      redis-cli -p "$RPORT" flushall >/dev/null
+      bq+=("$(NODE_PATH="$BULL/node_modules" "$@" node crates/server/bench/bullmq.mjs "$RPORT" 20000 8 | awk '/overall/{print $(NF-1)}')")
+    done
+    echo "$label x5, enqueue → claim → ack overall: ternflow ${tf[*]} jobs/s, BullMQ ${bq[*]} jobs/s; medians $(med "${tf[@]}") vs $(med "${bq[@]}") = $(awk -v a="$(med "${tf[@]}")" -v b="$(med "${bq[@]}")" 'BEGIN{printf "%.2f", a/b}')x"
+    redis-cli -p "$RPORT" flushall >/dev/null
+  }
   # One pair of runs is at the mercy of this machine's noise: five more, interleaved, and the
   # ratio of the medians (three moved it from 2.4x to 3.3x between two runs on 2026-12-05).
-  tf=(); bq=()
-  for _ in 1 2 3 4 5; do
-    redis-cli -p "$RPORT" flushall >/dev/null
-    tf+=("$($BIN bench-server --store "redis://127.0.0.1:$RPORT/0" --jobs 20000 --workers 8 --secs 1 2>&1 | awk '/overall/{print $(NF-1)}')")
-    redis-cli -p "$RPORT" flushall >/dev/null
-    bq+=("$(NODE_PATH="$BULL/node_modules" node crates/server/bench/bullmq.mjs "$RPORT" 20000 8 | awk '/overall/{print $(NF-1)}')")
-  done
-  echo "interleaved x5, enqueue → claim → ack overall: ternflow ${tf[*]} jobs/s, BullMQ ${bq[*]} jobs/s; medians $(med "${tf[@]}") vs $(med "${bq[@]}") = $(awk -v a="$(med "${tf[@]}")" -v b="$(med "${bq[@]}")" 'BEGIN{printf "%.2f", a/b}')x"
-  redis-cli -p "$RPORT" flushall >/dev/null
+  queue_pairs interleaved env
   # The same five pairs with Redis on CPU 0 and the queue's client process (ternflow's
   # bench-server, BullMQ's node) on CPU 1, the same for both. Unpinned, ternflow's figure is
   # bimodal (35 k or 46 k jobs/s between identical runs on 2026-12-05: Redis is the bound, ~17 µs
@@ -93,16 +99,8 @@ med() { printf '%s\n' "$@" | sort -n | sed -n "$(( ($# + 1) / 2 ))p"; }
   # client's threads beside it); BullMQ's single node thread moves less.
   if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
     taskset -a -pc 0 "$RPID" >/dev/null
-    tf=(); bq=()
-    for _ in 1 2 3 4 5; do
-      redis-cli -p "$RPORT" flushall >/dev/null
-      tf+=("$(taskset -c 1 $BIN bench-server --store "redis://127.0.0.1:$RPORT/0" --jobs 20000 --workers 8 --secs 1 2>&1 | awk '/overall/{print $(NF-1)}')")
-      redis-cli -p "$RPORT" flushall >/dev/null
-      bq+=("$(NODE_PATH="$BULL/node_modules" taskset -c 1 node crates/server/bench/bullmq.mjs "$RPORT" 20000 8 | awk '/overall/{print $(NF-1)}')")
-    done
+    queue_pairs "pinned (Redis CPU 0, client CPU 1)" taskset -c 1
     taskset -a -pc "0-$(($(nproc) - 1))" "$RPID" >/dev/null
-    echo "pinned (Redis CPU 0, client CPU 1) x5, enqueue → claim → ack overall: ternflow ${tf[*]} jobs/s, BullMQ ${bq[*]} jobs/s; medians $(med "${tf[@]}") vs $(med "${bq[@]}") = $(awk -v a="$(med "${tf[@]}")" -v b="$(med "${bq[@]}")" 'BEGIN{printf "%.2f", a/b}')x"
-    redis-cli -p "$RPORT" flushall >/dev/null
   fi
   endsec
 
