@@ -36,6 +36,8 @@
 # every run since stage 12 used 1e-4 to 2e-4 for <= 90 minutes and sat at one plateau; this one
 # tries a long schedule at 5e-4 (stages 2-8 ran at 5e-4 to 1e-3):
 #   RUN=realq11 BUDGET=180 EXTRA_SHARE=0.35 LR=5e-4 NEAR=1 EMA=0.999 CORR=1 SEED=11 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# (resumed on 2026-12-05 at step 2 120 with BUDGET=140, the schedule shortened to end sooner; to
+# resume again, rerun with BUDGET=140)
 # Needs run_real.sh's and run_broad.sh's data; labels what is missing first
 # (pool shards, realq shards: both resumable, a no-op when complete).  One process, nice 19, 2 threads.
 set -euo pipefail
