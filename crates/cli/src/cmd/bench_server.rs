@@ -59,6 +59,28 @@ fn redis_port(url: &str) -> Option<u16> {
     hostport.rsplit_once(':')?.1.parse().ok()
 }
 
+/// Redis's own CPU seconds so far (`INFO cpu`: user + system of its whole process, read with
+/// `redis-cli`), for the CPU it spends per job; `None` when the store is not one Redis or
+/// `redis-cli` is not there.
+fn redis_cpu_s(url: &str) -> Option<f64> {
+    redis_port(url)?;
+    let out = std::process::Command::new("redis-cli")
+        .args(["-u", url, "info", "cpu"])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut sum = None;
+    for line in text.lines() {
+        if let Some(v) = line
+            .strip_prefix("used_cpu_sys:")
+            .or_else(|| line.strip_prefix("used_cpu_user:"))
+        {
+            *sum.get_or_insert(0.0) += v.trim().parse::<f64>().ok()?;
+        }
+    }
+    sum
+}
+
 /// Runs `ternflow bench-server`.
 pub fn run(args: Args) -> CmdResult {
     let rt = tokio::runtime::Runtime::new()?;
@@ -107,6 +129,7 @@ async fn bench(args: Args) -> CmdResult {
     );
 
     // Enqueue.
+    let cpu0 = redis_cpu_s(&args.store);
     let t = Instant::now();
     for chunk in (0..args.jobs).collect::<Vec<_>>().chunks(1_000) {
         let jobs = chunk
@@ -124,6 +147,7 @@ async fn bench(args: Args) -> CmdResult {
         }
     }
     let enq = t.elapsed();
+    let cpu1 = redis_cpu_s(&args.store);
     println!(
         "enqueue (batches of 1000):      {:>10.0} jobs/s",
         args.jobs as f64 / enq.as_secs_f64()
@@ -205,6 +229,7 @@ async fn bench(args: Args) -> CmdResult {
         t.await?.map_err(|e| e.to_string())?;
     }
     let proc = t.elapsed();
+    let cpu2 = redis_cpu_s(&args.store);
     println!(
         "claim → ack (no-op jobs):       {:>10.0} jobs/s",
         args.jobs as f64 / proc.as_secs_f64()
@@ -213,6 +238,14 @@ async fn bench(args: Args) -> CmdResult {
         "enqueue → claim → ack overall:  {:>10.0} jobs/s",
         args.jobs as f64 / (enq + proc).as_secs_f64()
     );
+    if let (Some(a), Some(b), Some(c)) = (cpu0, cpu1, cpu2) {
+        let per_job = |s: f64| s / args.jobs as f64 * 1e6;
+        println!(
+            "Redis's CPU per job (INFO cpu):  enqueue {:.1} µs, claim → ack {:.1} µs",
+            per_job(b - a),
+            per_job(c - b)
+        );
+    }
 
     // Cache GET.
     let key = "0123456789abcdef:bench";
