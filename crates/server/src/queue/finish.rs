@@ -255,8 +255,9 @@ pub async fn finish(
         tracing::debug!(done, sub = %writer.sub, "acked");
     }
     // The cache writes, the provenance records and the finished event do not depend on one
-    // another: issued together, the store takes them in one go (on Redis one pipelined write,
-    // in this order, where one at a time cost a round trip — and a wake-up on each side — each).
+    // another (the results are stored by the ack above): issued together, the store takes them
+    // in one go (on Redis their first commands share one pipelined write, where one at a time
+    // cost a round trip — and a wake-up on each side — each).
     let notes = async {
         if let Err(e) = state.store.note_written(&writer.sub, written).await {
             tracing::warn!(error = %e, "recording provenance");
