@@ -426,3 +426,65 @@ async fn redis_scan_reads_the_old_done_index_then_the_new() {
     assert_eq!(in_new, 5);
     assert_eq!(scan_all(&s, String::new()).await.len(), 9);
 }
+
+/// The provenance index keeps no row for what is gone: a job the done-retention forgot, a cache
+/// entry swept past its expiry or deleted (every writer's row for it); what still exists stays.
+/// (The embedded and the memory store; Redis does not trim it yet: docs/security.md.)
+async fn provenance_index_forgets_what_is_gone<S>(s: S)
+where
+    S: ternflow_server::Store,
+{
+    use ternflow_core::protocol::CacheEntry;
+    use ternflow_server::store::Written;
+    s.enqueue(vec![job("a"), job("b")], 10).await.unwrap();
+    let c = s.claim("w", 1, 60_000, 5, 10).await.unwrap();
+    s.ack(&c.jobs[0].id, &c.jobs[0].lease.token, result(), 10)
+        .await
+        .unwrap();
+    let entry = |expires_at| CacheEntry {
+        model_id: "m".into(),
+        vector: Vector(vec![1.0]),
+        fence: 1,
+        expires_at,
+        by: None,
+    };
+    for (k, exp) in [("m:short", 50), ("m:long", 100_000), ("m:deleted", 100_000)] {
+        s.cache_put(k, entry(exp), Fenced::ByLease, 10)
+            .await
+            .unwrap();
+    }
+    let items =
+        |v: &[&str]| -> Vec<Written> { v.iter().map(|s| Written::decode(s).unwrap()).collect() };
+    s.note_written(
+        "w1",
+        items(&["j:a", "j:b", "c:m:short", "c:m:long", "c:m:deleted"]),
+    )
+    .await
+    .unwrap();
+    s.note_written("w2", items(&["c:m:short"])).await.unwrap();
+    // Past the retention (a claim runs the pass), the sweep and a delete.
+    s.claim("w", 1, 60_000, 5, 1_000).await.unwrap();
+    s.sweep(1_000, 100).await.unwrap();
+    assert!(s.cache_delete("m:deleted").await.unwrap());
+    assert!(s.status("a").await.unwrap().is_none(), "a is forgotten");
+    assert_eq!(
+        s.written_by("w1").await.unwrap(),
+        items(&["c:m:long", "j:b"]),
+        "what still exists (b is leased, m:long live)"
+    );
+    assert!(s.written_by("w2").await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn sqlite_provenance_index_forgets_what_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteStore::open(dir.path(), Synchronous::Normal)
+        .unwrap()
+        .with_done_retention(100);
+    provenance_index_forgets_what_is_gone(s).await;
+}
+
+#[tokio::test]
+async fn memory_provenance_index_forgets_what_is_gone() {
+    provenance_index_forgets_what_is_gone(MemoryStore::new().with_done_retention(100)).await;
+}

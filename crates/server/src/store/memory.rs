@@ -132,7 +132,16 @@ impl Inner {
             }
             self.done.pop_first();
             self.jobs.remove(&id);
+            self.forget_written(&Written::Job(id));
         }
+    }
+
+    /// Takes `item` out of every writer's provenance index (it is gone: nothing to undo).
+    fn forget_written(&mut self, item: &Written) {
+        self.written.retain(|_, items| {
+            items.remove(item);
+            !items.is_empty()
+        });
     }
 
     /// Stores `j`, re-indexing it.
@@ -586,7 +595,12 @@ impl CacheStore for MemoryStore {
     }
 
     async fn cache_delete(&self, key: &str) -> Result<bool> {
-        Ok(self.lock().cache.remove(key).is_some())
+        let mut g = self.lock();
+        let gone = g.cache.remove(key).is_some();
+        if gone {
+            g.forget_written(&Written::Cache(key.to_owned()));
+        }
+        Ok(gone)
     }
 
     async fn cache_bytes(&self, now: u64) -> Result<u64> {
@@ -618,6 +632,7 @@ impl CacheStore for MemoryStore {
         let n = (expired_entries.len() + expired_locks.len()) as u64;
         for k in expired_entries {
             g.cache.remove(&k);
+            g.forget_written(&Written::Cache(k));
         }
         for k in expired_locks {
             g.locks.remove(&k);

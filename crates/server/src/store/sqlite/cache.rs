@@ -4,10 +4,11 @@ use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 use ternflow_core::protocol::{CacheEntry, Vector};
 
+use super::integrity::forget_written;
 use super::rows::{decode_vec, encode_vec};
 use super::{db_err, json_err, SqliteStore};
 use crate::error::Result;
-use crate::store::{CacheStore, Fenced, PutOutcome};
+use crate::store::{CacheStore, Fenced, PutOutcome, Written};
 
 fn live_entry(conn: &Connection, key: &str, now: u64) -> Result<Option<CacheEntry>> {
     type Row = (String, Vec<u8>, i64, i64, Option<String>);
@@ -111,10 +112,15 @@ impl CacheStore for SqliteStore {
     async fn cache_delete(&self, key: &str) -> Result<bool> {
         let key = key.to_owned();
         self.run(move |conn, _| {
-            conn.prepare_cached("DELETE FROM cache WHERE key = ?1")
-                .and_then(|mut st| st.execute([key]))
-                .map(|n| n == 1)
-                .map_err(db_err)
+            let gone = conn
+                .prepare_cached("DELETE FROM cache WHERE key = ?1")
+                .and_then(|mut st| st.execute([&key]))
+                .map_err(db_err)?
+                == 1;
+            if gone {
+                forget_written(conn, [Written::Cache(key)])?;
+            }
+            Ok(gone)
         })
         .await
     }
@@ -135,17 +141,26 @@ impl CacheStore for SqliteStore {
     async fn sweep(&self, now: u64, limit: usize) -> Result<u64> {
         self.run(move |conn, _| {
             let limit = limit.min(i64::MAX as usize) as i64;
-            let mut n = 0;
-            for table in ["cache", "locks"] {
-                n += conn
-                    .prepare_cached(&format!(
-                        "DELETE FROM {table} WHERE key IN (SELECT key FROM {table} \
-                         WHERE expires_at <= ?1 LIMIT ?2)"
-                    ))
-                    .and_then(|mut st| st.execute(params![now as i64, limit]))
-                    .map_err(db_err)? as u64;
-            }
-            Ok(n)
+            let swept: Vec<String> = conn
+                .prepare_cached(
+                    "DELETE FROM cache WHERE key IN (SELECT key FROM cache \
+                     WHERE expires_at <= ?1 LIMIT ?2) RETURNING key",
+                )
+                .and_then(|mut st| {
+                    st.query_map(params![now as i64, limit], |r| r.get(0))?
+                        .collect()
+                })
+                .map_err(db_err)?;
+            let n = swept.len() as u64;
+            forget_written(conn, swept.into_iter().map(Written::Cache))?;
+            let locks = conn
+                .prepare_cached(
+                    "DELETE FROM locks WHERE key IN (SELECT key FROM locks \
+                     WHERE expires_at <= ?1 LIMIT ?2)",
+                )
+                .and_then(|mut st| st.execute(params![now as i64, limit]))
+                .map_err(db_err)? as u64;
+            Ok(n + locks)
         })
         .await
     }

@@ -1,11 +1,27 @@
 //! [`IntegrityStore`] on SQLite: the `standing` and `written` tables (`schema.sql`).
 
 use async_trait::async_trait;
-use rusqlite::{params, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{db_err, SqliteStore};
 use crate::error::Result;
 use crate::store::{IntegrityStore, Quarantine, Standing, Written};
+
+/// Takes `items` (jobs forgotten, cache entries swept or deleted) out of every writer's
+/// provenance index: the quarantine's undo has nothing left to do with them, and without this
+/// the index would keep a row per result for as long as the tenant lives.
+pub(super) fn forget_written(
+    conn: &Connection,
+    items: impl IntoIterator<Item = Written>,
+) -> Result<()> {
+    let mut st = conn
+        .prepare_cached("DELETE FROM written WHERE item = ?1")
+        .map_err(db_err)?;
+    for i in items {
+        st.execute([i.encode()]).map_err(db_err)?;
+    }
+    Ok(())
+}
 
 #[async_trait]
 impl IntegrityStore for SqliteStore {

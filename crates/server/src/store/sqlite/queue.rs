@@ -12,11 +12,13 @@ use ternflow_core::protocol::{
 };
 
 use super::housekeeping::housekeeping;
+use super::integrity::forget_written;
 use super::rows::{dlq_entry, job_status, opt_json, read_row, Row, JOB_COLS};
 use super::{db_err, json_err, SqliteStore, KEEP_FOREVER, PASS_LIMIT};
 use crate::error::Result;
 use crate::store::{
     cap_error, new_token, push_history, AckInput, AckOutcome, Claimed, JobRecord, QueueStore,
+    Written,
 };
 
 /// One ack inside a transaction (shared by `ack` and `ack_many`).
@@ -122,14 +124,20 @@ impl QueueStore for SqliteStore {
         self.run(move |conn, c| {
             let mut out = Claimed::default();
             if retention != KEEP_FOREVER {
-                conn.prepare_cached(
-                    "DELETE FROM jobs WHERE rowid IN (SELECT rowid FROM jobs \
-                     WHERE state = 'done' AND ended_at <= ?1 LIMIT ?2)",
-                )
-                .and_then(|mut st| {
-                    st.execute(params![now.saturating_sub(retention) as i64, PASS_LIMIT])
-                })
-                .map_err(db_err)?;
+                let forgotten: Vec<String> = conn
+                    .prepare_cached(
+                        "DELETE FROM jobs WHERE rowid IN (SELECT rowid FROM jobs \
+                         WHERE state = 'done' AND ended_at <= ?1 LIMIT ?2) RETURNING id",
+                    )
+                    .and_then(|mut st| {
+                        st.query_map(
+                            params![now.saturating_sub(retention) as i64, PASS_LIMIT],
+                            |r| r.get(0),
+                        )?
+                        .collect()
+                    })
+                    .map_err(db_err)?;
+                forget_written(conn, forgotten.iter().map(|id| Written::Job(id.clone())))?;
             }
             housekeeping(conn, c, max_attempts, now, &mut out)?;
             type Ready = (i64, String, String, String, u32, String, Option<String>);

@@ -77,6 +77,9 @@ CREATE TABLE IF NOT EXISTS written (
   item TEXT NOT NULL,
   PRIMARY KEY (sub, item)
 ) WITHOUT ROWID;
+-- A job forgotten by the done-retention, or a cache entry swept or deleted, takes its rows here
+-- with it (by item), so the index stays the size of what exists.
+CREATE INDEX IF NOT EXISTS written_item ON written (item);
 -- k-of-n agreement: each identity's proposed vector (its digest) for a job of a model the
 -- server cannot run, until the job's result is final.
 CREATE TABLE IF NOT EXISTS proposals (
