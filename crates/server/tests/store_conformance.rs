@@ -274,13 +274,18 @@ async fn sqlite_migrates_a_without_rowid_cache_with_writers() {
     );
 }
 
+/// An embedded store in `dir` that forgets finished jobs `ms` after they finished.
+fn sqlite_keeping_done_for(dir: &std::path::Path, ms: u64) -> SqliteStore {
+    SqliteStore::open(dir, Synchronous::Normal)
+        .unwrap()
+        .with_done_retention(ms)
+}
+
 #[tokio::test]
 async fn sqlite_done_retention_forgets_finished_jobs() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let s = SqliteStore::open(dir.path(), Synchronous::Normal)
-            .unwrap()
-            .with_done_retention(1_000);
+        let s = sqlite_keeping_done_for(dir.path(), 1_000);
         s.enqueue(vec![job("a"), job("b")], 10).await.unwrap();
         let c = s.claim("w", 1, 60_000, 5, 10).await.unwrap();
         s.ack("a", &c.jobs[0].lease.token, result(), 100)
@@ -478,10 +483,7 @@ where
 #[tokio::test]
 async fn sqlite_provenance_index_forgets_what_is_gone() {
     let dir = tempfile::tempdir().unwrap();
-    let s = SqliteStore::open(dir.path(), Synchronous::Normal)
-        .unwrap()
-        .with_done_retention(100);
-    provenance_index_forgets_what_is_gone(s).await;
+    provenance_index_forgets_what_is_gone(sqlite_keeping_done_for(dir.path(), 100)).await;
 }
 
 #[tokio::test]
