@@ -9,6 +9,9 @@ fn fresh_rng() -> Rng {
     Rng::new(rand::random())
 }
 
+/// The default longest cache TTL ([`Config::cache_ttl_max_ms`]): 30 days.
+pub const CACHE_TTL_MAX_MS: u64 = 30 * 24 * 3_600_000;
+
 /// Queue, cache, lock and HTTP limits.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -108,7 +111,7 @@ impl Default for Config {
             backoff_base_ms: 1_000,
             backoff_max_ms: 60_000,
             cache_ttl_ms: 24 * 3_600_000,
-            cache_ttl_max_ms: 30 * 24 * 3_600_000,
+            cache_ttl_max_ms: CACHE_TTL_MAX_MS,
             cache_ttl_jitter: 0.1,
             lock_ttl_ms: 30_000,
             lock_ttl_max_ms: 300_000,

@@ -490,3 +490,42 @@ async fn sqlite_provenance_index_forgets_what_is_gone() {
 async fn memory_provenance_index_forgets_what_is_gone() {
     provenance_index_forgets_what_is_gone(MemoryStore::new().with_done_retention(100)).await;
 }
+
+/// On Redis a writer's provenance rows are scored by when they were written and trimmed as it
+/// writes: job rows older than the done-retention (kept when there is none: the jobs are), cache
+/// rows older than the longest cache TTL can keep an entry. Earlier versions' set is still read.
+#[tokio::test]
+async fn redis_provenance_index_is_trimmed_as_it_grows() {
+    use ternflow_server::store::{IntegrityStore, Written};
+    let redis = common::RedisServer::start();
+    let client = ::redis::Client::open(redis.url()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let items =
+        |v: &[&str]| -> Vec<Written> { v.iter().map(|s| Written::decode(s).unwrap()).collect() };
+    for (prefix, retention) in [("kept", None), ("ret", Some(3_600_000))] {
+        let mut s = RedisStore::connect(&redis.url(), prefix).await.unwrap();
+        if let Some(ms) = retention {
+            s = s.with_done_retention(ms);
+        }
+        // Rows written in 1970, and one in an earlier version's set.
+        let _: () = ::redis::pipe()
+            .zadd(format!("{{{prefix}}}:wj:w1"), "j:old", 1_000)
+            .ignore()
+            .zadd(format!("{{{prefix}}}:wc:w1"), "c:m:old", 1_000)
+            .ignore()
+            .sadd(format!("{{{prefix}}}:wrote:w1"), "j:legacy")
+            .ignore()
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        s.note_written("w1", items(&["j:a", "c:m:k", "j:a"]))
+            .await
+            .unwrap();
+        let want: &[&str] = match retention {
+            None => &["c:m:k", "j:a", "j:legacy", "j:old"],
+            Some(_) => &["c:m:k", "j:a", "j:legacy"],
+        };
+        assert_eq!(s.written_by("w1").await.unwrap(), items(want), "{prefix}");
+        assert!(s.written_by("w2").await.unwrap().is_empty());
+    }
+}

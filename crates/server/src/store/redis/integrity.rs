@@ -4,14 +4,24 @@
 //! |---|---|---|
 //! | `P:standing:{sub}` | hash | `verified` (count), `q_at`, `q_reason` while quarantined |
 //! | `P:quarantined` | zset | quarantined subs, score = since |
-//! | `P:wrote:{sub}` | set | what the sub wrote: `j:{job id}`, `c:{cache key}` |
+//! | `P:wj:{sub}`, `P:wc:{sub}` | zset | what the sub wrote, scored by when: `j:{job id}` (kept for the done-retention), `c:{cache key}` (for the longest cache TTL); trimmed as it writes (`note_written.lua`) |
+//! | `P:wrote:{sub}` | set | what the sub wrote, as earlier versions kept it (never trimmed; read, no longer written) |
 //! | `P:prop:{job id}` | hash | k-of-n agreement: sub → digest of its proposed vector |
 
 use async_trait::async_trait;
 
-use super::{parse, store_err, RedisStore};
+use super::{parse, store_err, RedisStore, GC_SLACK_MS};
 use crate::error::Result;
 use crate::store::{IntegrityStore, Quarantine, Standing, Written};
+
+/// How long a writer's rows for cache entries are kept when a cache TTL can be `ttl_max_ms` at
+/// most: that, its jitter (up to a tenth more) and the slack Redis keeps an entry past its
+/// expiry, so no row goes while the entry it names can still be read.
+pub(super) fn cache_rows_keep_ms(ttl_max_ms: u64) -> u64 {
+    ttl_max_ms
+        .saturating_add(ttl_max_ms / 10 + 1)
+        .saturating_add(GC_SLACK_MS)
+}
 
 #[async_trait]
 impl IntegrityStore for RedisStore {
@@ -99,25 +109,36 @@ impl IntegrityStore for RedisStore {
         if items.is_empty() {
             return Ok(());
         }
-        let mut con = self.con.clone();
-        let members: Vec<String> = items.iter().map(Written::encode).collect();
-        let _: u64 = redis::cmd("SADD")
-            .arg(self.key("wrote", sub))
-            .arg(members)
-            .query_async(&mut con)
-            .await
-            .map_err(store_err)?;
+        let _: i64 = self
+            .invoke(&self.scripts.note_written, |i| {
+                i.key(self.key("wj", sub))
+                    .key(self.key("wc", sub))
+                    .arg(
+                        self.done_retention_ms
+                            .map(|ms| ms.saturating_add(GC_SLACK_MS).to_string())
+                            .unwrap_or_default(),
+                    )
+                    .arg(self.cache_rows_keep_ms);
+                for w in &items {
+                    i.arg(w.encode());
+                }
+            })
+            .await?;
         Ok(())
     }
 
     async fn written_by(&self, sub: &str) -> Result<Vec<Written>> {
         let mut con = self.con.clone();
-        let mut members: Vec<String> = redis::cmd("SMEMBERS")
-            .arg(self.key("wrote", sub))
+        let (old, jobs, cache): (Vec<String>, Vec<String>, Vec<String>) = redis::pipe()
+            .smembers(self.key("wrote", sub))
+            .zrange(self.key("wj", sub), 0, -1)
+            .zrange(self.key("wc", sub), 0, -1)
             .query_async(&mut con)
             .await
             .map_err(store_err)?;
+        let mut members: Vec<String> = old.into_iter().chain(jobs).chain(cache).collect();
         members.sort();
+        members.dedup();
         Ok(members.iter().filter_map(|m| Written::decode(m)).collect())
     }
 

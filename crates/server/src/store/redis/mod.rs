@@ -27,7 +27,7 @@
 //! | `{P}:cachesz` | zset | cache keys, score = expires_at (the sweep takes expired ones off the sum) |
 //! | `{P}:cachebytes` | string | the sum of `{P}:cachelen` (`INCRBY`) |
 //! | `{P}:lock:{key}` | hash | token, fence, expires_at |
-//! | `{P}:standing:{sub}`, `{P}:wrote:{sub}`, `{P}:prop:{id}`, `{P}:quarantined` | | the integrity records (`integrity`) |
+//! | `{P}:standing:{sub}`, `{P}:wj:{sub}`, `{P}:wc:{sub}` (and earlier versions' `{P}:wrote:{sub}`), `{P}:prop:{id}`, `{P}:quarantined` | | the integrity records (`integrity`) |
 //!
 //! Every state change is one Lua script, so it is atomic: the `.lua` files beside this one
 //! (`head.lua` is prepended to each). Each declares in `KEYS[]` every key its caller can name;
@@ -125,6 +125,8 @@ const LOCK_RELEASE: &str = include_str!("lock_release.lua");
 
 const PUBLISH: &str = include_str!("publish.lua");
 
+const NOTE_WRITTEN: &str = include_str!("note_written.lua");
+
 struct Scripts {
     enqueue: Script,
     claim: Script,
@@ -144,6 +146,7 @@ struct Scripts {
     lock_renew: Script,
     lock_release: Script,
     publish: Script,
+    note_written: Script,
 }
 
 impl Scripts {
@@ -173,6 +176,7 @@ impl Scripts {
             lock_renew: s(LOCK_RENEW),
             lock_release: s(LOCK_RELEASE),
             publish: s(PUBLISH),
+            note_written: s(NOTE_WRITTEN),
         }
     }
 }
@@ -189,6 +193,8 @@ pub struct RedisStore {
     last_event: Arc<AtomicU64>,
     subscriber: JoinHandle<()>,
     done_retention_ms: Option<u64>,
+    /// How long a writer's provenance rows for cache entries are kept (`integrity`).
+    cache_rows_keep_ms: u64,
 }
 
 impl fmt::Debug for RedisStore {
@@ -251,6 +257,7 @@ impl RedisStore {
             last_event,
             subscriber,
             done_retention_ms: None,
+            cache_rows_keep_ms: integrity::cache_rows_keep_ms(crate::config::CACHE_TTL_MAX_MS),
         })
     }
 
@@ -265,6 +272,14 @@ impl RedisStore {
     /// forgotten id may be enqueued again. Default: keep them forever.
     pub fn with_done_retention(mut self, ms: u64) -> Self {
         self.done_retention_ms = Some(ms.max(1));
+        self
+    }
+
+    /// The longest TTL a cache entry can be given (default [`Config`](crate::Config)'s,
+    /// `CACHE_TTL_MAX_MS`): a writer's provenance rows for cache entries are trimmed once older
+    /// than that (with its jitter and Redis's slack), as no entry they name can still exist.
+    pub fn with_cache_ttl_max(mut self, ms: u64) -> Self {
+        self.cache_rows_keep_ms = integrity::cache_rows_keep_ms(ms);
         self
     }
 
@@ -1048,6 +1063,7 @@ mod tests {
             ("lock_renew", super::LOCK_RENEW),
             ("lock_release", super::LOCK_RELEASE),
             ("publish", super::PUBLISH),
+            ("note_written", super::NOTE_WRITTEN),
         ];
         for (name, body) in scripts {
             let from_prefix = body.contains("p..");

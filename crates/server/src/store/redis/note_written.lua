@@ -1,0 +1,31 @@
+-- KEYS: the writer's job rows (wj, a sorted set), its cache-entry rows (wc). ARGV: prefix, how
+-- long job rows are kept ('' = forever: finished jobs are), how long cache rows are kept, then
+-- the items (`j:{id}`, `c:{key}`). Each row is scored by its write time (Redis's clock: the
+-- jobs' retention is Redis's PEXPIRE too); rows older than what they can name are trimmed, so a
+-- writer's index stays the size of what it wrote within the retention and the longest cache TTL.
+local wj, wc = KEYS[1], KEYS[2]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local at = f(now)
+local js, cs = {}, {}
+for i = 4, #ARGV do
+  local item = ARGV[i]
+  if string.sub(item, 1, 2) == 'j:' then
+    js[#js + 1] = at; js[#js + 1] = item
+  else
+    cs[#cs + 1] = at; cs[#cs + 1] = item
+  end
+end
+-- ZADD in slices: unpack() is bounded by Lua's C stack (LUAI_MAXCSTACK, 8000 in Redis).
+local function zadd_all(key, flat)
+  for s = 1, #flat, 2000 do
+    redis.call('ZADD', key, unpack(flat, s, math.min(s + 1999, #flat)))
+  end
+end
+zadd_all(wj, js)
+zadd_all(wc, cs)
+if ARGV[2] ~= '' then
+  redis.call('ZREMRANGEBYSCORE', wj, '-inf', '(' .. f(now - tonumber(ARGV[2])))
+end
+redis.call('ZREMRANGEBYSCORE', wc, '-inf', '(' .. f(now - tonumber(ARGV[3])))
+return #js / 2 + #cs / 2
