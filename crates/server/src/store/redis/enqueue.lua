@@ -38,12 +38,6 @@ end
 if seq > first then
   redis.call('SET', seqk, f(seq))
 end
--- ZADD in slices: unpack() is bounded by Lua's C stack (LUAI_MAXCSTACK, 8000 in Redis).
-local function zadd_all(key, flat)
-  for s = 1, #flat, 2000 do
-    redis.call('ZADD', key, unpack(flat, s, math.min(s + 1999, #flat)))
-  end
-end
 zadd_all(ready, to_ready)
 zadd_all(delayed, to_delay)
 return out

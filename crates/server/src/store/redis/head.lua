@@ -38,3 +38,10 @@ local function draw_fences(fk, n, floor)
   end
   return base
 end
+-- Adds `flat` (score, member, score, member, …) to the sorted set `key`, in slices: unpack() is
+-- bounded by Lua's C stack (LUAI_MAXCSTACK, 8000 in Redis).
+local function zadd_all(key, flat)
+  for s = 1, #flat, 2000 do
+    redis.call('ZADD', key, unpack(flat, s, math.min(s + 1999, #flat)))
+  end
+end

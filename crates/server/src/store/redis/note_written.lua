@@ -16,12 +16,6 @@ for i = 4, #ARGV do
     cs[#cs + 1] = at; cs[#cs + 1] = item
   end
 end
--- ZADD in slices: unpack() is bounded by Lua's C stack (LUAI_MAXCSTACK, 8000 in Redis).
-local function zadd_all(key, flat)
-  for s = 1, #flat, 2000 do
-    redis.call('ZADD', key, unpack(flat, s, math.min(s + 1999, #flat)))
-  end
-end
 zadd_all(wj, js)
 zadd_all(wc, cs)
 if ARGV[2] ~= '' then
