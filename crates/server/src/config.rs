@@ -25,7 +25,9 @@ pub struct Config {
     pub backoff_max_ms: u64,
     /// Cache TTL when a `PUT` names none (ms).
     pub cache_ttl_ms: u64,
-    /// Longest cache TTL (ms).
+    /// Longest cache TTL (ms). The Redis store keeps a writer's provenance rows for cache
+    /// entries [`CACHE_TTL_MAX_MS`] (with jitter and slack): a longer TTL here would let those
+    /// rows go before the entries they name.
     pub cache_ttl_max_ms: u64,
     /// Jitter added to cache TTLs, as a fraction of the TTL (0.1 = up to +10 %).
     pub cache_ttl_jitter: f64,

@@ -11,17 +11,14 @@
 use async_trait::async_trait;
 
 use super::{parse, store_err, RedisStore, GC_SLACK_MS};
+use crate::config::CACHE_TTL_MAX_MS;
 use crate::error::Result;
 use crate::store::{IntegrityStore, Quarantine, Standing, Written};
 
-/// How long a writer's rows for cache entries are kept when a cache TTL can be `ttl_max_ms` at
-/// most: that, its jitter (up to a tenth more) and the slack Redis keeps an entry past its
-/// expiry, so no row goes while the entry it names can still be read.
-pub(super) fn cache_rows_keep_ms(ttl_max_ms: u64) -> u64 {
-    ttl_max_ms
-        .saturating_add(ttl_max_ms / 10 + 1)
-        .saturating_add(GC_SLACK_MS)
-}
+/// How long a writer's rows for cache entries are kept: the longest cache TTL, its jitter (up
+/// to a tenth more) and the slack Redis keeps an entry past its expiry, so no row goes while the
+/// entry it names can still be read.
+const CACHE_ROWS_KEEP_MS: u64 = CACHE_TTL_MAX_MS + CACHE_TTL_MAX_MS / 10 + 1 + GC_SLACK_MS;
 
 #[async_trait]
 impl IntegrityStore for RedisStore {
@@ -118,7 +115,7 @@ impl IntegrityStore for RedisStore {
                             .map(|ms| ms.saturating_add(GC_SLACK_MS).to_string())
                             .unwrap_or_default(),
                     )
-                    .arg(self.cache_rows_keep_ms);
+                    .arg(CACHE_ROWS_KEEP_MS);
                 for w in &items {
                     i.arg(w.encode());
                 }

@@ -193,8 +193,6 @@ pub struct RedisStore {
     last_event: Arc<AtomicU64>,
     subscriber: JoinHandle<()>,
     done_retention_ms: Option<u64>,
-    /// How long a writer's provenance rows for cache entries are kept (`integrity`).
-    cache_rows_keep_ms: u64,
 }
 
 impl fmt::Debug for RedisStore {
@@ -257,7 +255,6 @@ impl RedisStore {
             last_event,
             subscriber,
             done_retention_ms: None,
-            cache_rows_keep_ms: integrity::cache_rows_keep_ms(crate::config::CACHE_TTL_MAX_MS),
         })
     }
 
@@ -272,14 +269,6 @@ impl RedisStore {
     /// forgotten id may be enqueued again. Default: keep them forever.
     pub fn with_done_retention(mut self, ms: u64) -> Self {
         self.done_retention_ms = Some(ms.max(1));
-        self
-    }
-
-    /// The longest TTL a cache entry can be given (default [`Config`](crate::Config)'s,
-    /// `CACHE_TTL_MAX_MS`): a writer's provenance rows for cache entries are trimmed once older
-    /// than that (with its jitter and Redis's slack), as no entry they name can still exist.
-    pub fn with_cache_ttl_max(mut self, ms: u64) -> Self {
-        self.cache_rows_keep_ms = integrity::cache_rows_keep_ms(ms);
         self
     }
 
