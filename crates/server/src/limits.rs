@@ -1,8 +1,16 @@
 //! Per-token limits: a request rate (token bucket, `governor`), open SSE streams, waiting long
 //! polls, a signed token's own claim rate, and the embed budgets (per token and per tenant,
-//! cost-based: `governor` buckets taking a request's cost at once). Applied after
-//! authentication, keyed by the token's digest (or the tenant's name), so unknown tokens (401)
-//! never add keys.
+//! cost-based: a request's cost taken at once). Applied after authentication, keyed by the
+//! token's digest (or the tenant's name), so unknown tokens (401) never add keys.
+//!
+//! What a token may *spend* — its claims a minute, its and its tenant's embed units a minute —
+//! is a budget of the tenant's store ([`BudgetStore`]): on a fleet sharing one Redis it holds
+//! across every server (a token sent to ten servers gets one budget, not ten); on a store of one
+//! server's own, the server's own `governor` buckets are the budgets. While Redis cannot be
+//! reached a request that spends is refused (503 `store_unavailable`, as the worker routes'
+//! quarantine gate does): a budget does not fail open. What a token may *hold* on a server —
+//! its request rate, streams and long polls — protects that server's CPU and connections, and
+//! stays per server.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -14,6 +22,31 @@ use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLim
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::identity::Identity as Caller;
+use crate::store::{Budget, BudgetStore, Spend};
+
+/// The name of a budget of the caller's token.
+fn token_budget(kind: &str, caller: &Caller) -> String {
+    format!("{kind}:tok:{}", hex::encode(caller.key))
+}
+
+/// The 429 `quota_exceeded` of an embed budget that refused a request of `cost` units: whose it
+/// was (`this token's`, `the tenant's`) and why (`Spent` never reaches here; it reads as
+/// `Never`).
+fn embed_refusal(who: &str, cost: u32, spend: Spend) -> Error {
+    match spend {
+        Spend::Wait { retry_after_ms, .. } => Error::QuotaExceeded {
+            message: format!("{who} embed budget is spent for now ({cost} units asked)"),
+            retry_after_s: retry_after_ms.div_ceil(1000).max(1),
+        },
+        Spend::Spent | Spend::Never { .. } => Error::QuotaExceeded {
+            message: format!(
+                "this request costs {cost} embed units, more than {who} whole budget a minute; \
+                 send fewer or shorter texts"
+            ),
+            retry_after_s: 60,
+        },
+    }
+}
 
 /// Claim buckets kept before they are started afresh.
 const MAX_CLAIM_BUCKETS: usize = 100_000;
@@ -31,6 +64,8 @@ pub(crate) struct Limits {
     embed_token: DefaultKeyedRateLimiter<[u8; 32]>,
     /// Per-tenant embed budgets, each with its tenant's own quota.
     embed_tenant: Mutex<HashMap<std::sync::Arc<str>, DefaultDirectRateLimiter>>,
+    /// A signed token's embed units a minute (`embed_tokens_per_min`).
+    embed_token_per_min: u32,
 }
 
 impl std::fmt::Debug for Limits {
@@ -56,6 +91,7 @@ impl Limits {
                 NonZeroU32::new(cfg.embed_tokens_per_min).unwrap_or(NonZeroU32::MIN),
             )),
             embed_tenant: Mutex::new(HashMap::new()),
+            embed_token_per_min: cfg.embed_tokens_per_min.max(1),
         }
     }
 
@@ -83,14 +119,17 @@ impl Limits {
         })
     }
 
-    /// Takes `cost` from the caller's embed budget and its tenant's (`tenant_per_min`). The
+    /// Takes `cost` from the caller's embed budget and its tenant's (`tenant_per_min`), both or
+    /// neither, from the tenant's `store` when its budgets are shared (see the module docs). The
     /// `default` tenant's static tokens are the operator's own and have no embed budget.
     ///
     /// # Errors
     /// 429 `quota_exceeded` with `Retry-After` when either budget cannot pay `cost` now (or
-    /// ever: a request costing more than a whole minute's budget is refused and says so).
-    pub(crate) fn spend_embed(
+    /// ever: a request costing more than a whole minute's budget is refused and says so); the
+    /// store's, when it cannot be read.
+    pub(crate) async fn spend_embed(
         &self,
+        store: &dyn BudgetStore,
         caller: &Caller,
         tenant_per_min: u32,
         cost: u32,
@@ -98,30 +137,54 @@ impl Limits {
         if &*caller.tenant == crate::identity::DEFAULT_TENANT {
             return Ok(());
         }
+        let cost = cost.max(1);
+        let budgets = [
+            Budget {
+                name: token_budget("embed", caller),
+                per_min: self.embed_token_per_min,
+            },
+            Budget {
+                name: "embed:tenant".to_owned(),
+                per_min: tenant_per_min.max(1),
+            },
+        ];
+        match store.spend(&budgets, cost).await? {
+            Some(Spend::Spent) => Ok(()),
+            Some(refused) => {
+                let who = match refused {
+                    Spend::Wait { budget: 0, .. } | Spend::Never { budget: 0 } => "this token's",
+                    _ => "the tenant's",
+                };
+                Err(embed_refusal(who, cost, refused))
+            }
+            None => self.spend_embed_here(caller, tenant_per_min, cost),
+        }
+    }
+
+    /// [`spend_embed`](Self::spend_embed) on this server's own buckets.
+    fn spend_embed_here(&self, caller: &Caller, tenant_per_min: u32, cost: u32) -> Result<()> {
         let n = NonZeroU32::new(cost.max(1)).unwrap_or(NonZeroU32::MIN);
         let refused = |who: &str,
                        r: std::result::Result<
             std::result::Result<(), governor::NotUntil<_>>,
             governor::InsufficientCapacity,
-        >| {
-            match r {
+        >| match r {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(not_until)) => Err(Error::QuotaExceeded {
-                message: format!("{who} embed budget is spent for now ({cost} units asked)"),
-                retry_after_s: not_until
-                    .wait_time_from(DefaultClock::default().now())
-                    .as_secs_f64()
-                    .ceil()
-                    .max(1.0) as u64,
-            }),
-            Err(_) => Err(Error::QuotaExceeded {
-                message: format!("this request costs {cost} embed units, more than {who} whole budget a minute; send fewer or shorter texts"),
-                retry_after_s: 60,
-            }),
-        }
+            Ok(Err(not_until)) => Err(embed_refusal(
+                who,
+                cost,
+                Spend::Wait {
+                    budget: 0,
+                    retry_after_ms: not_until
+                        .wait_time_from(DefaultClock::default().now())
+                        .as_millis() as u64,
+                },
+            )),
+            Err(_) => Err(embed_refusal(who, cost, Spend::Never { budget: 0 })),
         };
         // The token's own budget first: a request it refuses costs the tenant (and so the
-        // tenant's other tokens) nothing. One the tenant then refuses has spent the token's.
+        // tenant's other tokens) nothing. One the tenant then refuses has spent the token's
+        // (governor's buckets cannot give back).
         refused("this token's", self.embed_token.check_key_n(&caller.key, n))?;
         let mut m = self.embed_tenant.lock().unwrap_or_else(|p| p.into_inner());
         let per_min = NonZeroU32::new(tenant_per_min).unwrap_or(NonZeroU32::MIN);
@@ -171,25 +234,43 @@ impl Limits {
         })
     }
 
-    /// Takes one claim from the caller's own claim bucket, when its token sets one.
+    /// Takes one claim from the caller's own claim budget, when its token sets one
+    /// (`claims_per_min`), from the tenant's `store` when its budgets are shared.
     ///
     /// # Errors
-    /// 429 with `Retry-After` beyond `claims_per_min`.
-    pub(crate) fn check_claim(&self, caller: &Caller) -> Result<()> {
+    /// 429 with `Retry-After` beyond `claims_per_min`; the store's, when it cannot be read.
+    pub(crate) async fn check_claim(&self, store: &dyn BudgetStore, caller: &Caller) -> Result<()> {
         let Some(per_min) = caller.claims_per_min.and_then(NonZeroU32::new) else {
             return Ok(());
         };
+        let budget = [Budget {
+            name: token_budget("claim", caller),
+            per_min: per_min.get(),
+        }];
+        let refused = |retry_after_s: u64| Error::TooManyRequests {
+            message: format!("this token may claim {per_min} times a minute"),
+            retry_after_s,
+        };
+        match store.spend(&budget, 1).await? {
+            Some(Spend::Spent) => return Ok(()),
+            Some(Spend::Wait { retry_after_ms, .. }) => {
+                return Err(refused(retry_after_ms.div_ceil(1000).max(1)))
+            }
+            Some(Spend::Never { .. }) => return Err(refused(60)),
+            None => {}
+        }
         let mut m = self.claims.lock().unwrap_or_else(|p| p.into_inner());
         let bucket = m
             .entry(caller.key)
             .or_insert_with(|| RateLimiter::direct(Quota::per_minute(per_min)));
-        bucket.check().map_err(|not_until| Error::TooManyRequests {
-            message: format!("this token may claim {per_min} times a minute"),
-            retry_after_s: not_until
-                .wait_time_from(DefaultClock::default().now())
-                .as_secs_f64()
-                .ceil()
-                .max(1.0) as u64,
+        bucket.check().map_err(|not_until| {
+            refused(
+                not_until
+                    .wait_time_from(DefaultClock::default().now())
+                    .as_secs_f64()
+                    .ceil()
+                    .max(1.0) as u64,
+            )
         })
     }
 

@@ -529,3 +529,71 @@ async fn redis_provenance_index_is_trimmed_as_it_grows() {
         assert!(s.written_by("w2").await.unwrap().is_empty());
     }
 }
+
+/// The budgets a fleet shares (`budget.lua`): a minute's worth at most, all budgets paid or
+/// none, a refusal that says when, and a cost past a minute's worth refused for good. On one
+/// Redis and on a cluster (every budget key in the tenant's slot).
+async fn budgets_pay_all_or_none(s: &RedisStore) {
+    use ternflow_server::store::{Budget, BudgetStore, Spend};
+    let b = |name: &str, per_min| Budget {
+        name: name.to_owned(),
+        per_min,
+    };
+    let both = [b("tok", 300), b("tenant", 100)];
+    assert_eq!(s.spend(&both, 100).await.unwrap(), Some(Spend::Spent));
+    // The tenant's 100 are spent: refused by budget 1, in about a minute (it refills 100 a
+    // minute), and the token's budget is not charged by the refusal.
+    match s.spend(&both, 100).await.unwrap() {
+        Some(Spend::Wait {
+            budget: 1,
+            retry_after_ms,
+        }) => assert!(
+            (55_000..=60_000).contains(&retry_after_ms),
+            "{retry_after_ms}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        s.spend(&[b("tok", 300)], 200).await.unwrap(),
+        Some(Spend::Spent),
+        "the refused spend took nothing from the token's budget"
+    );
+    assert!(matches!(
+        s.spend(&[b("tok", 300)], 1).await.unwrap(),
+        Some(Spend::Wait { budget: 0, .. })
+    ));
+    // More than a minute's worth, never; an untouched budget pays a whole minute's at once.
+    assert_eq!(
+        s.spend(&[b("other", 300)], 301).await.unwrap(),
+        Some(Spend::Never { budget: 0 })
+    );
+    assert_eq!(
+        s.spend(&[b("other", 300)], 300).await.unwrap(),
+        Some(Spend::Spent)
+    );
+}
+
+#[tokio::test]
+async fn redis_budgets_pay_all_or_none() {
+    let (s, _redis) = fresh_redis().await;
+    budgets_pay_all_or_none(&s).await;
+}
+
+#[tokio::test]
+async fn redis_cluster_budgets_pay_all_or_none() {
+    let (s, ()) = fresh_redis_cluster().await;
+    budgets_pay_all_or_none(&s).await;
+}
+
+/// The embedded and memory stores are one server's: they leave the budgets to the server.
+#[tokio::test]
+async fn local_stores_leave_budgets_to_the_server() {
+    use ternflow_server::store::{Budget, BudgetStore};
+    let budgets = [Budget {
+        name: "tok".to_owned(),
+        per_min: 1,
+    }];
+    let (sqlite, _dir) = fresh_sqlite().await;
+    assert_eq!(sqlite.spend(&budgets, 1).await.unwrap(), None);
+    assert_eq!(MemoryStore::new().spend(&budgets, 1).await.unwrap(), None);
+}

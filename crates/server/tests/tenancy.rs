@@ -2,8 +2,8 @@
 //! accept loop on a TCP port, reqwest as the client) on SQLite and on Redis: exact claims, the
 //! reserved `default` tenant, a claim limit of zero, per-tenant worker tables and stats,
 //! client-chosen names kept out of logs, per-token long polls, per-address connections, embed
-//! budgets, per-tenant quotas, and tenants closed and reopened (LRU) without losing a job or
-//! leaving an event stream hanging. docs/security.md's table of roles points at these tests.
+//! budgets (held across a fleet of servers sharing one Redis), per-tenant quotas, and tenants
+//! closed and reopened (LRU) without losing a job or leaving an event stream hanging. docs/security.md's table of roles points at these tests.
 
 mod common;
 
@@ -27,7 +27,8 @@ const UNIT: &str = "AACAPw==";
 /// Where the tenants' stores live.
 enum Backend {
     Sqlite(tempfile::TempDir),
-    Redis(common::RedisServer),
+    /// A Redis server, shared by every server of a fleet started on a clone.
+    Redis(Arc<common::RedisServer>),
 }
 
 impl Backend {
@@ -36,7 +37,22 @@ impl Backend {
     }
 
     fn redis() -> Self {
-        Backend::Redis(common::RedisServer::start())
+        Backend::Redis(Arc::new(common::RedisServer::start()))
+    }
+
+    /// The same Redis, for a second server of a fleet.
+    fn share(&self) -> Self {
+        match self {
+            Backend::Redis(r) => Backend::Redis(r.clone()),
+            Backend::Sqlite(_) => panic!("an embedded database is one server's"),
+        }
+    }
+
+    fn redis_url(&self) -> String {
+        match self {
+            Backend::Redis(r) => r.url(),
+            Backend::Sqlite(_) => panic!("not Redis"),
+        }
     }
 
     async fn default_store(&self) -> Arc<dyn Store> {
@@ -48,7 +64,9 @@ impl Backend {
                 )
                 .unwrap(),
             ),
-            Backend::Redis(r) => Arc::new(RedisStore::connect(&r.url(), "tf").await.unwrap()),
+            Backend::Redis(_) => {
+                Arc::new(RedisStore::connect(&self.redis_url(), "tf").await.unwrap())
+            }
         }
     }
 
@@ -66,8 +84,8 @@ impl Backend {
                     })
                 })
             }
-            Backend::Redis(r) => {
-                let url = r.url();
+            Backend::Redis(_) => {
+                let url = self.redis_url();
                 Arc::new(move |tenant| {
                     let url = url.clone();
                     Box::pin(async move {
@@ -691,4 +709,74 @@ async fn tenants_close_and_reopen_without_loss_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenants_close_and_reopen_without_loss_on_redis() {
     lru_tenants(Backend::redis()).await;
+}
+
+/// What a token may spend a minute holds across a fleet: two servers on one Redis give a token
+/// one embed budget, its tenant one, and a `claims_per_min` token one claim budget, not one per
+/// server (each server's own buckets would let every request below through). A refused request
+/// spends neither budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budgets_hold_across_a_fleet_on_redis() {
+    let backend = Backend::redis();
+    let a = Server::start(backend.share(), config()).await;
+    let b = Server::start(backend, config()).await;
+    let body = json!({"texts": ["x".repeat(396)]}); // 100 units
+                                                    // The token's 300 a minute: three requests over the two servers, the fourth refused.
+    let e1 = token("worker", "fleet", "v1");
+    for (i, s) in [&a, &b, &a].into_iter().enumerate() {
+        let r = s.post("/v1/embed", &e1, body.clone()).await;
+        assert_eq!(r.status, StatusCode::OK, "request {i}: {}", r.text);
+    }
+    let r = b.post("/v1/embed", &e1, body.clone()).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.text);
+    assert_eq!(r.json["error"]["code"], "quota_exceeded");
+    assert!(
+        r.json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("this token's"),
+        "{}",
+        r.text
+    );
+    let wait = r.retry_after.expect("Retry-After");
+    assert!((1..=21).contains(&wait), "Retry-After {wait}");
+    // The tenant's 500: another token gets two more, on either server; the third is refused
+    // as the tenant's, and has not spent that token's own budget.
+    let e2 = token("worker", "fleet", "v2");
+    for s in [&b, &a] {
+        assert_eq!(
+            s.post("/v1/embed", &e2, body.clone()).await.status,
+            StatusCode::OK
+        );
+    }
+    let r = b.post("/v1/embed", &e2, body.clone()).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.text);
+    assert!(
+        r.json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the tenant's"),
+        "{}",
+        r.text
+    );
+    // A request bigger than a minute's budget says so, on the shared budgets too.
+    let huge = json!({"texts": vec!["y".repeat(600); 8]});
+    let r = a
+        .post("/v1/embed", &token("worker", "other", "v3"), huge)
+        .await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.retry_after, Some(60), "{}", r.text);
+    // Two claims a minute for this token, whichever server it asks.
+    let mut c = claims("worker", "fleet", "v4");
+    c.claims_per_min = Some(2);
+    let limited = mint(&c);
+    let claim = json!({"worker": "w", "max": 1});
+    for s in [&a, &b] {
+        let r = s.post("/v1/jobs/claim", &limited, claim.clone()).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    }
+    let r = a.post("/v1/jobs/claim", &limited, claim.clone()).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.text);
+    a.stop().await;
+    b.stop().await;
 }

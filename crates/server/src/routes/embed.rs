@@ -52,7 +52,11 @@ pub(crate) async fn embed(
     }
     let cost = embed_units(&req.texts);
     let tenant_budget = cfg.quotas_of(&state.tenant).embed_tokens_per_min;
-    if let Err(e) = state.limits.spend_embed(&caller, tenant_budget, cost) {
+    if let Err(e) = state
+        .limits
+        .spend_embed(state.store.as_ref(), &caller, tenant_budget, cost)
+        .await
+    {
         state.usage.add(|c| &c.quota_refused, 1);
         state.metrics.add(|c| &c.embed_rejected, 1);
         return Err(e);

@@ -161,7 +161,7 @@ pub(crate) async fn claim(
     Json(req): Json<ClaimRequest>,
 ) -> Result<Json<ClaimResponse>> {
     if let Some(Extension(c)) = &caller {
-        state.limits.check_claim(c)?;
+        state.limits.check_claim(state.store.as_ref(), c).await?;
     }
     // A waiting claim holds a slot of its token's (one visitor cannot hold every waiter).
     let _poll = match &caller {

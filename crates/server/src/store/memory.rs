@@ -740,6 +740,9 @@ impl super::ResultScan for MemoryStore {
     }
 }
 
+/// One process's store: the server's own buckets are its budgets.
+impl super::BudgetStore for MemoryStore {}
+
 #[async_trait]
 impl IntegrityStore for MemoryStore {
     async fn standing(&self, sub: &str) -> Result<Standing> {

@@ -1,6 +1,7 @@
 //! The [`Store`] traits: everything the server keeps (jobs, dead letters, cache entries, locks,
-//! fences, events), split by capability ([`QueueStore`], [`CacheStore`], [`LockStore`],
-//! [`EventBus`], [`ResultScan`], [`IntegrityStore`]; a [`Store`] is all six), with three
+//! fences, events, shared budgets), split by capability ([`QueueStore`], [`CacheStore`],
+//! [`LockStore`], [`EventBus`], [`ResultScan`], [`IntegrityStore`], [`BudgetStore`]; a [`Store`]
+//! is all seven), with three
 //! implementations that pass the same [`conformance`] suite (the in-process two number their
 //! events with [`local_events`]):
 //!
@@ -422,13 +423,60 @@ pub trait IntegrityStore: Send + Sync + std::fmt::Debug + 'static {
     async fn clear_proposals(&self, id: &str) -> Result<()>;
 }
 
+/// A rate budget as [`BudgetStore::spend`] takes it: `per_min` units a minute, at most a minute's
+/// worth at once (the shape of the server's own `governor` quotas, `Quota::per_minute`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    /// The budget's name within the store (`embed:tenant`, `embed:tok:{digest}`, …).
+    pub name: String,
+    /// Units a minute, at least 1.
+    pub per_min: u32,
+}
+
+/// What [`BudgetStore::spend`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spend {
+    /// Every budget paid.
+    Spent,
+    /// Nothing was taken: budget `budget` (an index into the list) cannot pay yet; it can in
+    /// `retry_after_ms`.
+    Wait {
+        /// Which budget refused.
+        budget: usize,
+        /// When it can pay.
+        retry_after_ms: u64,
+    },
+    /// Nothing was taken: the cost is more than a minute's worth of budget `budget`.
+    Never {
+        /// Which budget refused.
+        budget: usize,
+    },
+}
+
+/// Rate budgets a fleet of servers shares: what one token or tenant may spend a minute holds
+/// across every server that opens the same store, not per server.
+#[async_trait]
+pub trait BudgetStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Takes `cost` units from every budget of `budgets`, or from none when one of them cannot
+    /// pay. `Ok(None)`: the store is one server's own (embedded, memory), and the server's own
+    /// buckets are the budgets.
+    async fn spend(&self, budgets: &[Budget], cost: u32) -> Result<Option<Spend>> {
+        let _ = (budgets, cost);
+        Ok(None)
+    }
+}
+
 /// Everything the server keeps. All methods are atomic with respect to each other.
 pub trait Store:
-    QueueStore + CacheStore + LockStore + EventBus + ResultScan + IntegrityStore
+    QueueStore + CacheStore + LockStore + EventBus + ResultScan + IntegrityStore + BudgetStore
 {
 }
 
-impl<T: QueueStore + CacheStore + LockStore + EventBus + ResultScan + IntegrityStore> Store for T {}
+impl<
+        T: QueueStore + CacheStore + LockStore + EventBus + ResultScan + IntegrityStore + BudgetStore,
+    > Store for T
+{
+}
 
 /// Attempts kept in a job's history (the oldest are dropped).
 pub const MAX_HISTORY: usize = 10;

@@ -28,6 +28,7 @@
 //! | `{P}:cachebytes` | string | the sum of `{P}:cachelen` (`INCRBY`) |
 //! | `{P}:lock:{key}` | hash | token, fence, expires_at |
 //! | `{P}:standing:{sub}`, `{P}:wj:{sub}`, `{P}:wc:{sub}` (and earlier versions' `{P}:wrote:{sub}`), `{P}:prop:{id}`, `{P}:quarantined` | | the integrity records (`integrity`) |
+//! | `{P}:budget:{name}` | string | a budget the fleet shares (`budget`) |
 //!
 //! Every state change is one Lua script, so it is atomic: the `.lua` files beside this one
 //! (`head.lua` is prepended to each). Each declares in `KEYS[]` every key its caller can name;
@@ -52,8 +53,8 @@
 //! `appendfsync always` (the tests do).
 //!
 //! Beside this file: `conn` (one server or a cluster, and `WAIT`), `events` (the event stream's
-//! reader), `scan` (`ResultScan` over `{P}:done`, then `{P}:finished`) and `integrity` (`IntegrityStore`: standings
-//! and writers).
+//! reader), `scan` (`ResultScan` over `{P}:done`, then `{P}:finished`), `integrity` (`IntegrityStore`: standings
+//! and writers) and `budget` (`BudgetStore`: the budgets the fleet shares).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -79,6 +80,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 
+mod budget;
 mod conn;
 mod events;
 mod integrity;
@@ -126,6 +128,8 @@ const LOCK_RELEASE: &str = include_str!("lock_release.lua");
 const PUBLISH: &str = include_str!("publish.lua");
 
 const NOTE_WRITTEN: &str = include_str!("note_written.lua");
+/// Takes a cost from budgets a fleet shares (`budget`).
+const BUDGET: &str = include_str!("budget.lua");
 
 struct Scripts {
     enqueue: Script,
@@ -147,6 +151,7 @@ struct Scripts {
     lock_release: Script,
     publish: Script,
     note_written: Script,
+    budget: Script,
 }
 
 impl Scripts {
@@ -177,6 +182,7 @@ impl Scripts {
             lock_release: s(LOCK_RELEASE),
             publish: s(PUBLISH),
             note_written: s(NOTE_WRITTEN),
+            budget: s(BUDGET),
         }
     }
 }
@@ -1053,6 +1059,7 @@ mod tests {
             ("lock_release", super::LOCK_RELEASE),
             ("publish", super::PUBLISH),
             ("note_written", super::NOTE_WRITTEN),
+            ("budget", super::BUDGET),
         ];
         for (name, body) in scripts {
             let from_prefix = body.contains("p..");

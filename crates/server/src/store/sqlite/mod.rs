@@ -54,6 +54,9 @@ use writer::{Counters, Op, ReadOp, Reply};
 
 mod integrity;
 
+/// One server per data directory (`dir_lock`): the server's own buckets are its budgets.
+impl crate::store::BudgetStore for SqliteStore {}
+
 const SCHEMA: &str = include_str!("schema.sql");
 
 /// Brings a database made by an earlier version to this schema, once, keeping its data:
