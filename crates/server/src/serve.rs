@@ -89,6 +89,7 @@ pub async fn run(
 ) -> std::io::Result<()> {
     state.start_sweeper();
     state.start_sampler();
+    state.start_usage_flusher();
     let cfg = state.config.clone();
     let router = crate::app(state.clone());
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -153,5 +154,7 @@ pub async fn run(
     }
     conns.abort_all();
     while conns.join_next().await.is_some() {}
+    // What the tenants counted since the flusher's last step.
+    state.tenants.flush_usage().await;
     Ok(())
 }

@@ -165,6 +165,22 @@ impl AppState {
         });
     }
 
+    /// Every [`USAGE_FLUSH_EVERY`](crate::tenants::USAGE_FLUSH_EVERY), adds each open tenant's
+    /// counts to its store (`TenantUsage::flush`), until shutdown (which flushes once more).
+    pub(crate) fn start_usage_flusher(&self) {
+        let tenants = self.tenants.clone();
+        let mut stop = self.shutdown.subscribe();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(crate::tenants::USAGE_FLUSH_EVERY) => {}
+                    _ = stop.changed() => return,
+                }
+                tenants.flush_usage().await;
+            }
+        });
+    }
+
     /// Every [`Config::stats_sample_ms`], takes a sample for the dashboard's history
     /// ([`AppState::record_sample`]), until shutdown.
     pub(crate) fn start_sampler(&self) {

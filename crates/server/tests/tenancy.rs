@@ -26,25 +26,26 @@ const UNIT: &str = "AACAPw==";
 
 /// Where the tenants' stores live.
 enum Backend {
-    Sqlite(tempfile::TempDir),
+    Sqlite(Arc<tempfile::TempDir>),
     /// A Redis server, shared by every server of a fleet started on a clone.
     Redis(Arc<common::RedisServer>),
 }
 
 impl Backend {
     fn sqlite() -> Self {
-        Backend::Sqlite(tempfile::tempdir().unwrap())
+        Backend::Sqlite(Arc::new(tempfile::tempdir().unwrap()))
     }
 
     fn redis() -> Self {
         Backend::Redis(Arc::new(common::RedisServer::start()))
     }
 
-    /// The same Redis, for a second server of a fleet.
+    /// The same Redis, for a second server of a fleet; the same data directory, for the
+    /// server that follows one stopped (an embedded database is one server's at a time).
     fn share(&self) -> Self {
         match self {
             Backend::Redis(r) => Backend::Redis(r.clone()),
-            Backend::Sqlite(_) => panic!("an embedded database is one server's"),
+            Backend::Sqlite(d) => Backend::Sqlite(d.clone()),
         }
     }
 
@@ -779,4 +780,66 @@ async fn budgets_hold_across_a_fleet_on_redis() {
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.text);
     a.stop().await;
     b.stop().await;
+}
+
+/// A tenant admin's counters are the tenant's over its life: every server's together (two
+/// servers on one Redis) and kept across a restart (a server started afresh on the same store);
+/// `/metrics` keeps each server's own.
+async fn enqueue_counted(s: &Server, ids: std::ops::Range<u32>) {
+    let jobs: Vec<Value> = ids
+        .map(|i| json!({"id": format!("u{i}"), "text": format!("t{i}"), "model_id": "m"}))
+        .collect();
+    let p = token("producer", "counted", "app");
+    let r = s.post("/v1/jobs", &p, json!({ "jobs": jobs })).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+}
+
+async fn usage_is_the_tenants(backend: Backend, fleet: bool) {
+    let enqueue = enqueue_counted;
+    let admin = token("admin", "counted", "ops");
+    let enqueued = |r: &Resp| r.json["counters"]["jobs_enqueued"].as_u64();
+    let a = Server::start(backend.share(), config()).await;
+    enqueue(&a, 0..2).await;
+    if fleet {
+        let b = Server::start(backend.share(), config()).await;
+        enqueue(&b, 2..5).await;
+        // A's answer has B's three once B's flusher has run (every second), and its own two
+        // before its own has.
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        let r = a.get("/v1/stats", &admin).await;
+        assert_eq!(enqueued(&r), Some(5), "{}", r.text);
+        let r = b.get("/v1/stats", &admin).await;
+        assert_eq!(enqueued(&r), Some(5), "{}", r.text);
+        b.stop().await;
+    } else {
+        enqueue(&a, 2..5).await;
+        let r = a.get("/v1/stats", &admin).await;
+        assert_eq!(enqueued(&r), Some(5), "before it was saved: {}", r.text);
+    }
+    // Each server's /metrics: its own.
+    let m = a.get("/metrics", &admin).await;
+    assert!(
+        m.text.contains(&format!(
+            "ternflow_tenant_jobs_enqueued_total{{tenant=\"counted\"}} {}",
+            if fleet { 2 } else { 5 }
+        )),
+        "{}",
+        m.text
+    );
+    a.stop().await;
+    // A server started afresh (no flusher step since the last enqueue: shutdown saved it).
+    let c = Server::start(backend, config()).await;
+    let r = c.get("/v1/stats", &admin).await;
+    assert_eq!(enqueued(&r), Some(5), "{}", r.text);
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_is_the_tenants_on_sqlite() {
+    usage_is_the_tenants(Backend::sqlite(), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_is_the_tenants_on_redis() {
+    usage_is_the_tenants(Backend::redis(), true).await;
 }

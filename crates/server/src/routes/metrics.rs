@@ -204,10 +204,11 @@ pub(crate) async fn stats(
             workers,
         }));
     }
-    // A tenant's admin: its own counters, nothing of the server's (they add up every tenant).
+    // A tenant's admin: its own counters over the tenant's life, every server's together
+    // (the store's totals), nothing of the server's (they add up every tenant).
     Ok(Json(Stats {
         queue,
-        counters: state.usage.counter_map(),
+        counters: state.usage.totals(state.store.as_ref()).await?,
         ack_rate: 0.0,
         workers,
     }))

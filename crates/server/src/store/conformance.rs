@@ -97,6 +97,7 @@ macro_rules! store_conformance_tests {
             provenance_index_and_undo,
             cache_entries_keep_their_writer,
             proposals_per_job_and_identity,
+            usage_counters_add_up,
         );
     };
     (@cases $fresh:path; $($case:ident,)*) => {
@@ -108,6 +109,25 @@ macro_rules! store_conformance_tests {
             }
         )*
     };
+}
+
+/// A conformance case (see the [module docs](self)).
+///
+/// Usage counters add up over flushes, per name.
+pub async fn usage_counters_add_up<S: Store>(s: S) {
+    assert!(s.usage().await.unwrap().is_empty());
+    let d = |pairs: &[(&str, u64)]| -> Vec<(String, u64)> {
+        pairs.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect()
+    };
+    s.add_usage(&d(&[("jobs_enqueued", 3), ("jobs_acked", 1)]))
+        .await
+        .unwrap();
+    s.add_usage(&d(&[("jobs_enqueued", 2)])).await.unwrap();
+    s.add_usage(&[]).await.unwrap();
+    let u = s.usage().await.unwrap();
+    assert_eq!(u.get("jobs_enqueued"), Some(&5));
+    assert_eq!(u.get("jobs_acked"), Some(&1));
+    assert_eq!(u.len(), 2);
 }
 
 /// A conformance case (see the [module docs](self)).

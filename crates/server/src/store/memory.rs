@@ -76,6 +76,7 @@ struct Inner {
     standing: HashMap<String, Standing>,
     written: HashMap<String, BTreeSet<Written>>,
     proposals: HashMap<String, std::collections::BTreeMap<String, String>>,
+    usage: std::collections::BTreeMap<String, u64>,
 }
 
 impl Inner {
@@ -742,6 +743,21 @@ impl super::ResultScan for MemoryStore {
 
 /// One process's store: the server's own buckets are its budgets.
 impl super::BudgetStore for MemoryStore {}
+
+#[async_trait]
+impl super::UsageStore for MemoryStore {
+    async fn add_usage(&self, deltas: &[(String, u64)]) -> Result<()> {
+        let mut g = self.lock();
+        for (name, n) in deltas {
+            *g.usage.entry(name.clone()).or_default() += n;
+        }
+        Ok(())
+    }
+
+    async fn usage(&self) -> Result<std::collections::BTreeMap<String, u64>> {
+        Ok(self.lock().usage.clone())
+    }
+}
 
 #[async_trait]
 impl IntegrityStore for MemoryStore {

@@ -1,7 +1,7 @@
 //! The [`Store`] traits: everything the server keeps (jobs, dead letters, cache entries, locks,
-//! fences, events, shared budgets), split by capability ([`QueueStore`], [`CacheStore`],
-//! [`LockStore`], [`EventBus`], [`ResultScan`], [`IntegrityStore`], [`BudgetStore`]; a [`Store`]
-//! is all seven), with three
+//! fences, events, shared budgets, usage counters), split by capability ([`QueueStore`],
+//! [`CacheStore`], [`LockStore`], [`EventBus`], [`ResultScan`], [`IntegrityStore`],
+//! [`BudgetStore`], [`UsageStore`]; a [`Store`] is all eight), with three
 //! implementations that pass the same [`conformance`] suite (the in-process two number their
 //! events with [`local_events`]):
 //!
@@ -466,15 +466,39 @@ pub trait BudgetStore: Send + Sync + std::fmt::Debug + 'static {
     }
 }
 
+/// A tenant's usage counters as its store keeps them: totals over the tenant's life, every
+/// server's together (each server adds what it counted, `tenants::TenantUsage::flush`).
+#[async_trait]
+pub trait UsageStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Adds `n` to each named counter.
+    async fn add_usage(&self, deltas: &[(String, u64)]) -> Result<()>;
+
+    /// Every counter's total (a counter never added to is absent).
+    async fn usage(&self) -> Result<std::collections::BTreeMap<String, u64>>;
+}
+
 /// Everything the server keeps. All methods are atomic with respect to each other.
 pub trait Store:
-    QueueStore + CacheStore + LockStore + EventBus + ResultScan + IntegrityStore + BudgetStore
+    QueueStore
+    + CacheStore
+    + LockStore
+    + EventBus
+    + ResultScan
+    + IntegrityStore
+    + BudgetStore
+    + UsageStore
 {
 }
 
-impl<
-        T: QueueStore + CacheStore + LockStore + EventBus + ResultScan + IntegrityStore + BudgetStore,
-    > Store for T
+impl<T> Store for T where
+    T: QueueStore
+        + CacheStore
+        + LockStore
+        + EventBus
+        + ResultScan
+        + IntegrityStore
+        + BudgetStore
+        + UsageStore
 {
 }
 

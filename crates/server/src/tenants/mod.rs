@@ -42,6 +42,7 @@ mod usage;
 
 pub(crate) use ctx::Ctx;
 pub use usage::TenantUsage;
+pub(crate) use usage::USAGE_FLUSH_EVERY;
 
 /// Makes the store of a tenant on first use.
 pub type StoreFactory = Arc<
@@ -178,6 +179,9 @@ impl Tenants {
     /// returns (off the async threads), its hub's streams end, its long polls are woken.
     async fn close(&self, name: &str, t: Tenant) {
         t.hub.wake_all();
+        if let Err(e) = t.usage.flush(t.store.as_ref()).await {
+            tracing::warn!(tenant = %name, error = %e, "the tenant's last usage counts were not saved");
+        }
         let Tenant { store, hub, usage } = t;
         drop((hub, usage));
         // Dropping a SQLite store joins its threads; not on a runtime thread.
@@ -245,6 +249,18 @@ impl Tenants {
             self.opened.load(Ordering::Relaxed),
             self.closed.load(Ordering::Relaxed),
         )
+    }
+
+    /// Adds every open tenant's counts to its store (the flusher's step, and shutdown's).
+    pub(crate) async fn flush_usage(&self) {
+        for (name, t) in self.all().await {
+            if &*name == DEFAULT_TENANT {
+                continue;
+            }
+            if let Err(e) = t.usage.flush(t.store.as_ref()).await {
+                tracing::warn!(tenant = %name, error = %e, "saving usage counts failed; kept for the next try");
+            }
+        }
     }
 
     /// Wakes every tenant's long polls (shutdown).

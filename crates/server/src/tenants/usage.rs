@@ -1,11 +1,22 @@
-//! What one open tenant is using: its worker table, its counters since it was opened, and an
-//! estimate of its queue and cache for the queue-depth and cache-bytes quotas.
+//! What one open tenant is using: its worker table, its counters since it was opened on this
+//! server, and an estimate of its queue and cache for the queue-depth and cache-bytes quotas.
+//!
+//! The counters are added to the tenant's store ([`TenantUsage::flush`], every
+//! [`USAGE_FLUSH_EVERY`] and when the tenant is closed), which keeps the totals over the
+//! tenant's life and every server's together: what its admin's `GET /v1/stats` reads
+//! ([`TenantUsage::totals`]). `/metrics` shows this server's own since it opened the tenant
+//! (a Prometheus counter per instance; a query sums the instances).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::error::Result;
+use crate::store::UsageStore;
 use crate::workers::WorkerTable;
+
+/// How often each open tenant's counters are added to its store.
+pub(crate) const USAGE_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How long a sampled queue depth is trusted for the quota check (ms).
 const DEPTH_FRESH_MS: u64 = 1_000;
@@ -46,10 +57,13 @@ pub struct TenantUsage {
     depth: Mutex<(u64, u64, u64)>,
     /// (when sampled, live cache bytes then, bytes stored here since).
     cache: Mutex<(u64, u64, u64)>,
+    /// Each counter's value (in [`TenantCounters::list`] order) when it was last added to the
+    /// store; held across a flush, so two never add the same counts.
+    flushed: tokio::sync::Mutex<Vec<u64>>,
 }
 
 impl TenantUsage {
-    /// The counters by name (`GET /v1/stats` of the tenant's admin).
+    /// This server's counters by name, since it opened the tenant (the operator's dashboard).
     pub fn counter_map(&self) -> BTreeMap<String, u64> {
         self.counters
             .list()
@@ -64,6 +78,43 @@ impl TenantUsage {
     pub fn pending_estimate(&self, now_ms: u64) -> Option<u64> {
         let d = self.depth.lock().unwrap_or_else(|p| p.into_inner());
         (d.0 != 0 && now_ms < d.0.saturating_add(DEPTH_FRESH_MS)).then_some(d.1 + d.2)
+    }
+
+    /// Adds what was counted here since the last flush to the tenant's totals in `store`.
+    ///
+    /// # Errors
+    /// The store's (nothing is lost: the next flush adds it).
+    pub async fn flush(&self, store: &dyn UsageStore) -> Result<()> {
+        let mut flushed = self.flushed.lock().await;
+        let now = self.counters.list();
+        flushed.resize(now.len(), 0);
+        let deltas: Vec<(String, u64)> = now
+            .iter()
+            .zip(flushed.iter())
+            .filter(|((_, _, v), f)| v > f)
+            .map(|((name, _, v), f)| ((*name).to_owned(), v - f))
+            .collect();
+        if deltas.is_empty() {
+            return Ok(());
+        }
+        store.add_usage(&deltas).await?;
+        *flushed = now.into_iter().map(|(_, _, v)| v).collect();
+        Ok(())
+    }
+
+    /// The tenant's totals: the store's (every server's flushes) and what this server counted
+    /// since its last flush.
+    ///
+    /// # Errors
+    /// The store's.
+    pub async fn totals(&self, store: &dyn UsageStore) -> Result<BTreeMap<String, u64>> {
+        let flushed = self.flushed.lock().await;
+        let mut totals = store.usage().await?;
+        for (i, (name, _, v)) in self.counters.list().into_iter().enumerate() {
+            let unflushed = v - flushed.get(i).copied().unwrap_or(0);
+            *totals.entry(name.to_owned()).or_default() += unflushed;
+        }
+        Ok(totals)
     }
 
     /// Records a fresh depth sample.

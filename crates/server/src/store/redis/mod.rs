@@ -29,6 +29,7 @@
 //! | `{P}:lock:{key}` | hash | token, fence, expires_at |
 //! | `{P}:standing:{sub}`, `{P}:wj:{sub}`, `{P}:wc:{sub}` (and earlier versions' `{P}:wrote:{sub}`), `{P}:prop:{id}`, `{P}:quarantined` | | the integrity records (`integrity`) |
 //! | `{P}:budget:{name}` | string | a budget the fleet shares (`budget`) |
+//! | `{P}:usage` | hash | the tenant's usage counters, every server's together (`usage`) |
 //!
 //! Every state change is one Lua script, so it is atomic: the `.lua` files beside this one
 //! (`head.lua` is prepended to each). Each declares in `KEYS[]` every key its caller can name;
@@ -54,7 +55,7 @@
 //!
 //! Beside this file: `conn` (one server or a cluster, and `WAIT`), `events` (the event stream's
 //! reader), `scan` (`ResultScan` over `{P}:done`, then `{P}:finished`), `integrity` (`IntegrityStore`: standings
-//! and writers) and `budget` (`BudgetStore`: the budgets the fleet shares).
+//! and writers), `budget` (`BudgetStore`: the budgets the fleet shares) and `usage` (`UsageStore`).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -85,6 +86,7 @@ mod conn;
 mod events;
 mod integrity;
 mod scan;
+mod usage;
 
 /// Redis keeps a cache entry or lock this long past its logical expiry before deleting it.
 const GC_SLACK_MS: u64 = 60_000;

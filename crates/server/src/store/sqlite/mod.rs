@@ -24,7 +24,8 @@
 //! (the group-committing writer and reader threads), `rows` (rows as protocol types),
 //! `housekeeping` (lease expiry and delayed jobs), one file per capability — `queue`
 //! (`QueueStore`), `cache` (`CacheStore`), `locks` (`LockStore`), `events` (`EventBus`), `scan`
-//! (`ResultScan`), `integrity` (`IntegrityStore`) — and `dir_lock` (one server per data directory).
+//! (`ResultScan`), `integrity` (`IntegrityStore`), `usage` (`UsageStore`) — and `dir_lock` (one
+//! server per data directory).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,6 +54,7 @@ pub use dir_lock::lock_data_dir;
 use writer::{Counters, Op, ReadOp, Reply};
 
 mod integrity;
+mod usage;
 
 /// One server per data directory (`dir_lock`): the server's own buckets are its budgets.
 impl crate::store::BudgetStore for SqliteStore {}

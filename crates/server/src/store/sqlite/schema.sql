@@ -88,3 +88,9 @@ CREATE TABLE IF NOT EXISTS proposals (
   digest TEXT NOT NULL,
   PRIMARY KEY (job, sub)
 ) WITHOUT ROWID;
+
+-- The tenant's usage counters over its life (crate::tenants::TenantUsage::flush adds to them).
+CREATE TABLE IF NOT EXISTS usage (
+  name TEXT PRIMARY KEY,
+  n    INTEGER NOT NULL
+) WITHOUT ROWID;
