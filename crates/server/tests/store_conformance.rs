@@ -486,6 +486,45 @@ async fn sqlite_provenance_index_forgets_what_is_gone() {
     provenance_index_forgets_what_is_gone(sqlite_keeping_done_for(dir.path(), 100)).await;
 }
 
+/// A database whose provenance index kept rows for jobs forgotten and entries swept (as versions
+/// before 2026-12-05 did) loses them on open, once; rows for what is still there stay.
+#[tokio::test]
+async fn sqlite_clears_provenance_rows_of_what_was_gone_once() {
+    use ternflow_server::store::{CacheStore, IntegrityStore, Written};
+    let dir = tempfile::tempdir().unwrap();
+    let items =
+        |v: &[&str]| -> Vec<Written> { v.iter().map(|s| Written::decode(s).unwrap()).collect() };
+    {
+        let s = SqliteStore::open(dir.path(), Synchronous::Normal).unwrap();
+        s.enqueue(vec![job("a")], 10).await.unwrap();
+        let entry = ternflow_core::protocol::CacheEntry {
+            model_id: "m".into(),
+            vector: Vector(vec![1.0]),
+            fence: 1,
+            expires_at: 100_000,
+            by: None,
+        };
+        s.cache_put("m:k", entry, Fenced::ByLease, 10)
+            .await
+            .unwrap();
+        s.note_written("w1", items(&["j:a", "j:gone", "c:m:k", "c:m:gone"]))
+            .await
+            .unwrap();
+    }
+    // As an earlier version left it: not yet cleared.
+    rusqlite::Connection::open(dir.path().join("ternflow.sqlite3"))
+        .unwrap()
+        .execute_batch("PRAGMA user_version = 0")
+        .unwrap();
+    let s = SqliteStore::open(dir.path(), Synchronous::Normal).unwrap();
+    assert_eq!(s.written_by("w1").await.unwrap(), items(&["c:m:k", "j:a"]));
+    // Once: the next open clears nothing (a row noted after for an id never stored stays).
+    s.note_written("w1", items(&["j:unknown"])).await.unwrap();
+    drop(s);
+    let s = SqliteStore::open(dir.path(), Synchronous::Normal).unwrap();
+    assert_eq!(s.written_by("w1").await.unwrap().len(), 3);
+}
+
 #[tokio::test]
 async fn memory_provenance_index_forgets_what_is_gone() {
     provenance_index_forgets_what_is_gone(MemoryStore::new().with_done_retention(100)).await;
@@ -493,7 +532,8 @@ async fn memory_provenance_index_forgets_what_is_gone() {
 
 /// On Redis a writer's provenance rows are scored by when they were written and trimmed as it
 /// writes: job rows older than the done-retention (kept when there is none: the jobs are), cache
-/// rows older than the longest cache TTL can keep an entry. Earlier versions' set is still read.
+/// rows older than the longest cache TTL can keep an entry. Earlier versions' set is still read,
+/// and moves into the scored index as the writer writes.
 #[tokio::test]
 async fn redis_provenance_index_is_trimmed_as_it_grows() {
     use ternflow_server::store::{IntegrityStore, Written};
@@ -527,6 +567,15 @@ async fn redis_provenance_index_is_trimmed_as_it_grows() {
         };
         assert_eq!(s.written_by("w1").await.unwrap(), items(want), "{prefix}");
         assert!(s.written_by("w2").await.unwrap().is_empty());
+        // The old set's row moved into the scored index (so the trims reach it), the set gone.
+        let (old, legacy): (u64, Option<f64>) = ::redis::pipe()
+            .scard(format!("{{{prefix}}}:wrote:w1"))
+            .zscore(format!("{{{prefix}}}:wj:w1"), "j:legacy")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(old, 0, "{prefix}");
+        assert!(legacy.is_some_and(|at| at > 1e12), "{prefix}: {legacy:?}");
     }
 }
 

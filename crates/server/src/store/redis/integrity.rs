@@ -5,7 +5,7 @@
 //! | `P:standing:{sub}` | hash | `verified` (count), `q_at`, `q_reason` while quarantined |
 //! | `P:quarantined` | zset | quarantined subs, score = since |
 //! | `P:wj:{sub}`, `P:wc:{sub}` | zset | what the sub wrote, scored by when: `j:{job id}` (kept for the done-retention), `c:{cache key}` (for the longest cache TTL); trimmed as it writes (`note_written.lua`) |
-//! | `P:wrote:{sub}` | set | what the sub wrote, as earlier versions kept it (never trimmed; read, no longer written) |
+//! | `P:wrote:{sub}` | set | what the sub wrote, as earlier versions kept it (read; no longer written; its rows move into `wj`/`wc`, 1 000 with each of the sub's writes) |
 //! | `P:prop:{job id}` | hash | k-of-n agreement: sub → digest of its proposed vector |
 
 use async_trait::async_trait;
@@ -110,6 +110,7 @@ impl IntegrityStore for RedisStore {
             .invoke(&self.scripts.note_written, |i| {
                 i.key(self.key("wj", sub))
                     .key(self.key("wc", sub))
+                    .key(self.key("wrote", sub))
                     .arg(
                         self.done_retention_ms
                             .map(|ms| ms.saturating_add(GC_SLACK_MS).to_string())

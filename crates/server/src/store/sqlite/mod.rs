@@ -61,10 +61,30 @@ impl crate::store::BudgetStore for SqliteStore {}
 
 const SCHEMA: &str = include_str!("schema.sql");
 
+/// `PRAGMA user_version` of a database whose provenance index holds no rows for what is gone.
+const FORGOTTEN_ROWS_CLEARED: i64 = 1;
+
 /// Brings a database made by an earlier version to this schema, once, keeping its data:
-/// `cache.by_json` (the writer, added with result verification) and the cache as a rowid table
-/// (it was `WITHOUT ROWID`; see schema.sql).
+/// `cache.by_json` (the writer, added with result verification), the cache as a rowid table
+/// (it was `WITHOUT ROWID`; see schema.sql), and the provenance rows of jobs forgotten and
+/// entries swept before the index forgot them itself (`integrity::forget_written`).
 fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version < FORGOTTEN_ROWS_CLEARED {
+        let n = conn.execute(
+            "DELETE FROM written WHERE \
+               (item GLOB 'j:*' AND NOT EXISTS (SELECT 1 FROM jobs WHERE id = substr(item, 3))) \
+               OR (item GLOB 'c:*' AND NOT EXISTS (SELECT 1 FROM cache WHERE key = substr(item, 3)))",
+            [],
+        )?;
+        if n > 0 {
+            tracing::info!(
+                rows = n,
+                "provenance rows of jobs and entries already gone removed (once)"
+            );
+        }
+        conn.execute_batch(&format!("PRAGMA user_version = {FORGOTTEN_ROWS_CLEARED}"))?;
+    }
     let has_by: bool = conn.query_row(
         "SELECT COUNT(*) FROM pragma_table_info('cache') WHERE name = 'by_json'",
         [],
