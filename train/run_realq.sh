@@ -38,6 +38,10 @@
 #   RUN=realq11 BUDGET=180 EXTRA_SHARE=0.35 LR=5e-4 NEAR=1 EMA=0.999 CORR=1 SEED=11 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # (resumed on 2026-12-05 at step 2 120 with BUDGET=140, the schedule shortened to end sooner; to
 # resume again, rerun with BUDGET=140)
+# realq12 (2026-12-05, from realq11's best, packed: a file, as --init takes): the low rate that
+# climbs after realq11's excursion, with the dup share of the real queries doubled (dup fell there):
+#   RUN=realq12 INIT=$TERN_WORK/realq11/ternlight-int4.bin BUDGET=60 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=1e-4 NEAR=1 EMA=0.999 CORR=1 SEED=12 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# (INIT: the starting model, default the shipped one; EXTRA_WEIGHT: the real queries' domain shares)
 # Needs run_real.sh's and run_broad.sh's data; labels what is missing first
 # (pool shards, realq shards: both resumable, a no-op when complete).  One process, nice 19, 2 threads.
 set -euo pipefail
@@ -48,7 +52,7 @@ RUN="${RUN:-realq1}"
 BUDGET="${BUDGET:-180}"
 mkdir -p "$W/$RUN"
 if [ "${DETACH:-0}" = 1 ]; then
-  DETACH=0 RUN="$RUN" BUDGET="$BUDGET" EXTRA_SHARE="${EXTRA_SHARE:-0.5}" LR="${LR:-3e-4}" NEAR="${NEAR:-}" EMA="${EMA:-}" REL="${REL:-}" CORR="${CORR:-}" SEED="${SEED:-0}" EXTRA="${EXTRA:-realq_train}" DETACHED=1 setsid nohup bash "$0" >> "$W/$RUN/run.log" 2>&1 < /dev/null &
+  DETACH=0 RUN="$RUN" BUDGET="$BUDGET" INIT="${INIT:-}" EXTRA_WEIGHT="${EXTRA_WEIGHT:-}" EXTRA_SHARE="${EXTRA_SHARE:-0.5}" LR="${LR:-3e-4}" NEAR="${NEAR:-}" EMA="${EMA:-}" REL="${REL:-}" CORR="${CORR:-}" SEED="${SEED:-0}" EXTRA="${EXTRA:-realq_train}" DETACHED=1 setsid nohup bash "$0" >> "$W/$RUN/run.log" 2>&1 < /dev/null &
   echo "started in the background (pid $!); log: $W/$RUN/train.log, script output: $W/$RUN/run.log"
   exit 0
 fi
@@ -71,8 +75,8 @@ $PY train/label.py --shards "$W/$EXTRA.txt"
 for d in web questions dup; do $PY train/pool.py append-dev $d; done
 
 # 2. distillation from the shipped model; --resume starts fresh when the run has no checkpoint yet
-$PY train/distil.py --init models/ternlight-int4.bin --run "$RUN" --resume \
-  --extra "$EXTRA" --extra-weight web=60,questions=25,dup=15 --extra-share "${EXTRA_SHARE:-0.5}" --extra-mix step \
+$PY train/distil.py --init "${INIT:-models/ternlight-int4.bin}" --run "$RUN" --resume \
+  --extra "$EXTRA" --extra-weight "${EXTRA_WEIGHT:-web=60,questions=25,dup=15}" --extra-share "${EXTRA_SHARE:-0.5}" --extra-mix step \
   --domain-weight faq=6,queries=1.3,webq=1.5,ents=1.5 \
   --lr "${LR:-3e-4}" --warmup-frac 0.01 --time-budget "$BUDGET" --ckpt-every 100 --eval-every 200 --save-best \
   --seed "${SEED:-0}" ${NEAR:+--near "$NEAR"} ${EMA:+--ema "$EMA"} ${REL:+--rel "$REL"} ${CORR:+--corr "$CORR"}
