@@ -28,7 +28,7 @@ const UNIT: &str = "AACAPw==";
 enum Backend {
     Sqlite(Arc<tempfile::TempDir>),
     /// A Redis server, shared by every server of a fleet started on a clone.
-    Redis(Arc<common::RedisServer>),
+    Redis(Arc<std::sync::Mutex<common::RedisServer>>),
 }
 
 impl Backend {
@@ -37,7 +37,9 @@ impl Backend {
     }
 
     fn redis() -> Self {
-        Backend::Redis(Arc::new(common::RedisServer::start()))
+        Backend::Redis(Arc::new(
+            std::sync::Mutex::new(common::RedisServer::start()),
+        ))
     }
 
     /// The same Redis, for a second server of a fleet; the same data directory, for the
@@ -51,7 +53,7 @@ impl Backend {
 
     fn redis_url(&self) -> String {
         match self {
-            Backend::Redis(r) => r.url(),
+            Backend::Redis(r) => r.lock().unwrap().url(),
             Backend::Sqlite(_) => panic!("not Redis"),
         }
     }
@@ -842,4 +844,44 @@ async fn usage_is_the_tenants_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_is_the_tenants_on_redis() {
     usage_is_the_tenants(Backend::redis(), true).await;
+}
+
+/// Counts a flush could not save (Redis killed) are kept and saved once Redis is back: the
+/// store's total reaches what the server counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_counts_outlive_a_restarted_redis() {
+    let backend = Backend::redis();
+    let Backend::Redis(redis) = backend.share() else {
+        unreachable!()
+    };
+    let url = backend.redis_url();
+    let a = Server::start(backend, config()).await;
+    enqueue_counted(&a, 0..5).await;
+    // Killed before the flusher's next step (every second), down for a few of its steps.
+    redis.lock().unwrap().kill9();
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    redis.lock().unwrap().restart();
+    let client = ::redis::Client::open(url).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let saved: Option<u64> = async {
+            let mut con = client.get_multiplexed_async_connection().await.ok()?;
+            ::redis::cmd("HGET")
+                .arg("{tf:t:counted}:usage")
+                .arg("jobs_enqueued")
+                .query_async(&mut con)
+                .await
+                .ok()?
+        }
+        .await;
+        if saved == Some(5) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the store holds {saved:?} enqueued, the server counted 5"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    a.stop().await;
 }

@@ -251,16 +251,20 @@ impl Tenants {
         )
     }
 
-    /// Adds every open tenant's counts to its store (the flusher's step, and shutdown's).
+    /// Adds every open tenant's counts to its store (the flusher's step, and shutdown's), all
+    /// at once: a store that cannot answer holds up only its own tenant (each waits at most its
+    /// store's timeout).
     pub(crate) async fn flush_usage(&self) {
-        for (name, t) in self.all().await {
-            if &*name == DEFAULT_TENANT {
-                continue;
-            }
-            if let Err(e) = t.usage.flush(t.store.as_ref()).await {
-                tracing::warn!(tenant = %name, error = %e, "saving usage counts failed; kept for the next try");
-            }
-        }
+        let tenants = self.all().await;
+        let flushes = tenants
+            .iter()
+            .filter(|(name, _)| &**name != DEFAULT_TENANT)
+            .map(|(name, t)| async move {
+                if let Err(e) = t.usage.flush(t.store.as_ref()).await {
+                    tracing::warn!(tenant = %name, error = %e, "saving usage counts failed; kept for the next try");
+                }
+            });
+        futures_util::future::join_all(flushes).await;
     }
 
     /// Wakes every tenant's long polls (shutdown).
