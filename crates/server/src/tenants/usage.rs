@@ -83,7 +83,8 @@ impl TenantUsage {
     /// Adds what was counted here since the last flush to the tenant's totals in `store`.
     ///
     /// # Errors
-    /// The store's (nothing is lost: the next flush adds it).
+    /// The store's (nothing is lost: the next flush adds it; a flush the store applied but whose
+    /// answer was lost is added again, so the totals can err high, never low).
     pub async fn flush(&self, store: &dyn UsageStore) -> Result<()> {
         let mut flushed = self.flushed.lock().await;
         let now = self.counters.list();
