@@ -42,6 +42,8 @@
 # climbs after realq11's excursion, with the dup share of the real queries doubled (dup fell there):
 #   RUN=realq12 INIT=$TERN_WORK/realq11/ternlight-int4.bin BUDGET=60 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=1e-4 NEAR=1 EMA=0.999 CORR=1 SEED=12 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # (INIT: the starting model, default the shipped one; EXTRA_WEIGHT: the real queries' domain shares)
+# realq12 shipped as stage 15. realq13 (same day, from stage 15, not shipped: +0.0004, within noise):
+#   RUN=realq13 INIT=$TERN_WORK/realq12/ternlight-int4.bin BUDGET=40 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=1e-4 NEAR=1 EMA=0.999 CORR=1 SEED=13 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # Needs run_real.sh's and run_broad.sh's data; labels what is missing first
 # (pool shards, realq shards: both resumable, a no-op when complete).  One process, nice 19, 2 threads.
 set -euo pipefail
