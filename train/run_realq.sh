@@ -44,6 +44,9 @@
 # (INIT: the starting model, default the shipped one; EXTRA_WEIGHT: the real queries' domain shares)
 # realq12 shipped as stage 15. realq13 (same day, from stage 15, not shipped: +0.0004, within noise):
 #   RUN=realq13 INIT=$TERN_WORK/realq12/ternlight-int4.bin BUDGET=40 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=1e-4 NEAR=1 EMA=0.999 CORR=1 SEED=13 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# realq14 (2026-12-05, from stage 15; spans sessions, rerun the same command to resume): realq11's
+# excursion again, dup-weighted, to be followed by realq12's low-rate run from its best:
+#   RUN=realq14 BUDGET=140 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=5e-4 NEAR=1 EMA=0.999 CORR=1 SEED=14 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # Needs run_real.sh's and run_broad.sh's data; labels what is missing first
 # (pool shards, realq shards: both resumable, a no-op when complete).  One process, nice 19, 2 threads.
 set -euo pipefail
