@@ -716,35 +716,34 @@ async fn tenants_close_and_reopen_without_loss_on_redis() {
 
 /// What a token may spend a minute holds across a fleet: two servers on one Redis give a token
 /// one embed budget, its tenant one, and a `claims_per_min` token one claim budget, not one per
-/// server (each server's own buckets would let every request below through). A refused request
-/// spends neither budget.
+/// server (each server's own buckets would let every request below through). That a refused
+/// request spends neither budget is `store_conformance.rs::redis_budgets_pay_all_or_none`'s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn budgets_hold_across_a_fleet_on_redis() {
+    // A 429 `quota_exceeded` naming whose budget refused.
+    let refused_by = |r: &Resp, who: &str| {
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.text);
+        assert_eq!(r.json["error"]["code"], "quota_exceeded");
+        let message = r.json["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(who), "{}", r.text);
+    };
     let backend = Backend::redis();
     let a = Server::start(backend.share(), config()).await;
     let b = Server::start(backend, config()).await;
-    let body = json!({"texts": ["x".repeat(396)]}); // 100 units
-                                                    // The token's 300 a minute: three requests over the two servers, the fourth refused.
+    // 100 units a request. The token's 300 a minute: three over the two servers, the fourth
+    // refused.
+    let body = json!({"texts": ["x".repeat(396)]});
     let e1 = token("worker", "fleet", "v1");
     for (i, s) in [&a, &b, &a].into_iter().enumerate() {
         let r = s.post("/v1/embed", &e1, body.clone()).await;
         assert_eq!(r.status, StatusCode::OK, "request {i}: {}", r.text);
     }
     let r = b.post("/v1/embed", &e1, body.clone()).await;
-    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.text);
-    assert_eq!(r.json["error"]["code"], "quota_exceeded");
-    assert!(
-        r.json["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("this token's"),
-        "{}",
-        r.text
-    );
+    refused_by(&r, "this token's");
     let wait = r.retry_after.expect("Retry-After");
     assert!((1..=21).contains(&wait), "Retry-After {wait}");
     // The tenant's 500: another token gets two more, on either server; the third is refused
-    // as the tenant's, and has not spent that token's own budget.
+    // as the tenant's.
     let e2 = token("worker", "fleet", "v2");
     for s in [&b, &a] {
         assert_eq!(
@@ -752,15 +751,9 @@ async fn budgets_hold_across_a_fleet_on_redis() {
             StatusCode::OK
         );
     }
-    let r = b.post("/v1/embed", &e2, body.clone()).await;
-    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.text);
-    assert!(
-        r.json["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("the tenant's"),
-        "{}",
-        r.text
+    refused_by(
+        &b.post("/v1/embed", &e2, body.clone()).await,
+        "the tenant's",
     );
     // A request bigger than a minute's budget says so, on the shared budgets too.
     let huge = json!({"texts": vec!["y".repeat(600); 8]});

@@ -137,7 +137,7 @@ impl QueueStore for SqliteStore {
                         .collect()
                     })
                     .map_err(db_err)?;
-                forget_written(conn, forgotten.iter().map(|id| Written::Job(id.clone())))?;
+                forget_written(conn, forgotten.into_iter().map(Written::Job))?;
             }
             housekeeping(conn, c, max_attempts, now, &mut out)?;
             type Ready = (i64, String, String, String, u32, String, Option<String>);
