@@ -44,6 +44,9 @@ pub(crate) use ctx::Ctx;
 pub use usage::TenantUsage;
 pub(crate) use usage::USAGE_FLUSH_EVERY;
 
+/// How long closing a tenant waits to save its last usage counts.
+const CLOSE_FLUSH_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Makes the store of a tenant on first use.
 pub type StoreFactory = Arc<
     dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<Arc<dyn Store>>> + Send>> + Send + Sync,
@@ -179,8 +182,17 @@ impl Tenants {
     /// returns (off the async threads), its hub's streams end, its long polls are woken.
     async fn close(&self, name: &str, t: Tenant) {
         t.hub.wake_all();
-        if let Err(e) = t.usage.flush(t.store.as_ref()).await {
-            tracing::warn!(tenant = %name, error = %e, "the tenant's last usage counts were not saved");
+        // Under the registry's lock, so bounded: a store that cannot answer must not hold up
+        // every other tenant's requests for its timeout. What is lost is at most the last
+        // flusher step's counts (said in docs/security.md).
+        match tokio::time::timeout(CLOSE_FLUSH_WAIT, t.usage.flush(t.store.as_ref())).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(tenant = %name, error = %e, "the tenant's last usage counts were not saved");
+            }
+            Err(_) => {
+                tracing::warn!(tenant = %name, "the tenant's last usage counts were not saved in time");
+            }
         }
         let Tenant { store, hub, usage } = t;
         drop((hub, usage));
