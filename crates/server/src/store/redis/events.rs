@@ -17,13 +17,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use redis::streams::{StreamRangeReply, StreamReadReply};
 use ternflow_core::protocol::ServerEvent;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use super::conn::{Client, Conn};
-use crate::store::NumberedEvent;
+use super::RedisStore;
+use crate::error::{Error, Result};
+use crate::store::{EventBus, NumberedEvent};
 
 /// About how many events the stream keeps (`XADD MAXLEN ~`): far more than a reader falls
 /// behind between two reads; SSE clients resume from the hub's own ring, not from here.
@@ -137,4 +140,33 @@ pub(super) fn spawn_reader(
             }
         }
     })
+}
+
+#[async_trait]
+impl EventBus for RedisStore {
+    async fn publish(&self, event: ServerEvent) -> Result<u64> {
+        // `{"event":…,"data":…}` — the script splices the id in after the opening brace.
+        let body = serde_json::to_string(&event)
+            .map_err(|e| Error::Store(format!("encode event: {e}")))?;
+        let floor = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64 * 1_000)
+            .unwrap_or(0);
+        self.invoke(&self.scripts.publish, |i| {
+            i.key(self.k("evseq"))
+                .key(self.k("events"))
+                .arg(body)
+                .arg(floor)
+                .arg(EVENTS_KEPT);
+        })
+        .await
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<NumberedEvent> {
+        self.events.subscribe()
+    }
+
+    fn last_event_id(&self) -> u64 {
+        self.last_event.load(Ordering::Relaxed)
+    }
 }
