@@ -1,4 +1,4 @@
-// The liars' chaos run (docs/benchmarks.md, "Lying workers"): one `ternflow serve` (its
+// The liars' chaos run (docs/security.md, "Measured: the lying workers' run"): one `ternflow serve` (its
 // embedded SQLite store, the shipped model, result verification at its defaults unless
 // --no-verify), honest browser Web Workers in headless Chromium and lying workers, each with a
 // signed token of its own `sub`, N jobs. The liars speak the protocol directly, as a visitor who

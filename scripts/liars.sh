@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The lying-workers chaos run (docs/benchmarks.md, "Lying workers"), end to end:
+# The lying-workers chaos run (docs/security.md, "Measured: the lying workers' run"), end to end:
 #  1. the throughput of honest browser workers with verification off and on, alternated
 #     (off, on, off, on; --ab-jobs jobs each), and the ratio of the medians;
 #  2. the liars' run: --jobs jobs (default 100 000), honest browser workers and four kinds of

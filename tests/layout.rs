@@ -1,7 +1,8 @@
 //! The maps stay true: every Rust file that declares modules names each of them in its opening
 //! `//!` documentation (as `name`, [`name`], `name/` or `name.rs`), so a crate's `# Layout` (or a
-//! folder module's list) cannot silently fall behind the code. Runs natively over every crate of
-//! the workspace (`cargo test --workspace`).
+//! folder module's list) cannot silently fall behind the code; the README's layout names every
+//! top-level folder; and every `docs/NAME.md, "Section"` reference in the repository names a
+//! heading that exists. Runs natively over every crate of the workspace (`cargo test --workspace`).
 #![cfg(not(target_arch = "wasm32"))]
 
 use std::path::{Path, PathBuf};
@@ -145,4 +146,123 @@ fn the_readme_layout_lists_every_top_level_folder() {
     );
     assert!(ignored("/target/\n/pkg-*/\nnode_modules/\n", "pkg-test"));
     assert!(!ignored("/target/\n/pkg-*/\n", "src"));
+}
+
+/// The `docs/NAME.md, "Section"` references in `text` (also without the comma): the file and the
+/// quoted section, line breaks and the comment markers that continue it on the next line folded
+/// into one space.
+fn section_references(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (at, _) in text.match_indices("docs/") {
+        let rest = &text[at + 5..];
+        let name_len = rest
+            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+            .unwrap_or(rest.len());
+        let Some(after) = rest[name_len..].strip_prefix(".md") else {
+            continue;
+        };
+        let after = after.strip_prefix(',').unwrap_or(after);
+        let Some(quoted) = after.strip_prefix(" \"") else {
+            continue;
+        };
+        let Some(end) = quoted.find('"').filter(|&e| e < 200) else {
+            continue;
+        };
+        let section = quoted[..end]
+            .lines()
+            .map(|l| {
+                l.trim()
+                    .trim_start_matches(['/', '!', '#', '-', '*'])
+                    .trim()
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        out.push((format!("{}.md", &rest[..name_len]), section));
+    }
+    out
+}
+
+/// Whether a heading of the markdown `doc` starts with `section`.
+fn has_section(doc: &str, section: &str) -> bool {
+    doc.lines()
+        .filter(|l| l.starts_with('#'))
+        .any(|l| l.trim_start_matches('#').trim().starts_with(section))
+}
+
+/// Folders that hold what is built, fetched or kept out of git.
+const NOT_SOURCES: [&str; 6] = [
+    "target",
+    "node_modules",
+    "work",
+    "wheels",
+    "old",
+    "__pycache__",
+];
+
+/// Text files of the repository that may point into `docs/`, skipping what is built or fetched.
+fn referring_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() {
+            let skip = name.starts_with('.')
+                || name.starts_with("pkg")
+                || NOT_SOURCES.contains(&name.as_str());
+            if !skip {
+                referring_files(&path, out);
+            }
+        } else if ["rs", "md", "mjs", "js", "ts", "sh", "py", "sql", "toml"]
+            .iter()
+            .any(|e| name.ends_with(&format!(".{e}")))
+        {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn every_reference_to_a_docs_section_names_one_that_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    referring_files(root, &mut files);
+    let mut found = 0;
+    let mut broken = Vec::new();
+    for file in &files {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        for (doc, section) in section_references(&text) {
+            found += 1;
+            let target = std::fs::read_to_string(root.join("docs").join(&doc)).unwrap_or_default();
+            if !has_section(&target, &section) {
+                broken.push(format!(
+                    "{}: docs/{doc}, \"{section}\"",
+                    file.strip_prefix(root).unwrap().display()
+                ));
+            }
+        }
+    }
+    assert!(found >= 10, "found only {found} references");
+    assert!(
+        broken.is_empty(),
+        "references to sections docs/ does not have (renamed or moved?):\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn the_check_finds_a_broken_section_reference() {
+    let text =
+        "// see docs/worker.md, \"Acks that\n// wait\" and docs/server.md \"Gone\", docs/x.md.";
+    let refs = section_references(text);
+    assert_eq!(
+        refs,
+        [
+            ("worker.md".to_owned(), "Acks that wait".to_owned()),
+            ("server.md".to_owned(), "Gone".to_owned()),
+        ]
+    );
+    let doc = "# Worker\n\n## Acks that wait for the next engine message\ntext\n";
+    assert!(has_section(doc, &refs[0].1));
+    assert!(!has_section(doc, &refs[1].1));
 }
