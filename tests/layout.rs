@@ -2,7 +2,7 @@
 //! `//!` documentation (as `name`, [`name`], `name/` or `name.rs`), so a crate's `# Layout` (or a
 //! folder module's list) cannot silently fall behind the code; the README's layout names every
 //! top-level folder; and every `docs/NAME.md, "Section"` reference in the repository names a
-//! heading that exists. Runs natively over every crate of the workspace (`cargo test --workspace`).
+//! heading that exists, as every relative link (and its `#anchor`) in the markdown does. Runs natively over every crate of the workspace (`cargo test --workspace`).
 #![cfg(not(target_arch = "wasm32"))]
 
 use std::path::{Path, PathBuf};
@@ -265,4 +265,81 @@ fn the_check_finds_a_broken_section_reference() {
     let doc = "# Worker\n\n## Acks that wait for the next engine message\ntext\n";
     assert!(has_section(doc, &refs[0].1));
     assert!(!has_section(doc, &refs[1].1));
+}
+
+/// GitHub's anchor for a markdown heading: lower case, punctuation dropped, spaces to hyphens.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The relative link targets of markdown `text` (`](path)`, `](path#anchor)`, `](#anchor)`).
+fn relative_links(text: &str) -> Vec<&str> {
+    text.match_indices("](")
+        .filter_map(|(at, _)| {
+            let rest = &text[at + 2..];
+            let link = &rest[..rest.find(')')?];
+            let external = link.contains("://") || link.starts_with("mailto:");
+            (!external && !link.is_empty() && !link.contains(char::is_whitespace)).then_some(link)
+        })
+        .collect()
+}
+
+#[test]
+fn every_relative_link_in_the_markdown_resolves() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    referring_files(root, &mut files);
+    let mut found = 0;
+    let mut broken = Vec::new();
+    for file in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "md"))
+    {
+        let text = std::fs::read_to_string(file).unwrap();
+        for link in relative_links(&text) {
+            found += 1;
+            let (path, fragment) = link.split_once('#').unwrap_or((link, ""));
+            let target = if path.is_empty() {
+                file.clone()
+            } else {
+                file.parent().unwrap().join(path)
+            };
+            let ok = target.exists()
+                && (fragment.is_empty()
+                    || std::fs::read_to_string(&target).is_ok_and(|doc| {
+                        doc.lines()
+                            .filter(|l| l.starts_with('#'))
+                            .any(|l| anchor(l.trim_start_matches('#')) == fragment)
+                    }));
+            if !ok {
+                broken.push(format!(
+                    "{}: ({link})",
+                    file.strip_prefix(root).unwrap().display()
+                ));
+            }
+        }
+    }
+    assert!(found >= 30, "found only {found} links");
+    assert!(
+        broken.is_empty(),
+        "links to files or headings that do not exist:\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn the_link_check_reads_links_and_anchors_as_github_does() {
+    let text = "See [a](docs/x.md#the-store-redis), [b](https://e.org/x) and [c](#top).";
+    assert_eq!(relative_links(text), ["docs/x.md#the-store-redis", "#top"]);
+    assert_eq!(anchor(" The store: `Redis`"), "the-store-redis");
+    assert_eq!(
+        anchor("What the test command runs"),
+        "what-the-test-command-runs"
+    );
 }
