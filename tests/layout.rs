@@ -2,7 +2,8 @@
 //! `//!` documentation (as `name`, [`name`], `name/` or `name.rs`), so a crate's `# Layout` (or a
 //! folder module's list) cannot silently fall behind the code; the README's layout names every
 //! top-level folder; and every `docs/NAME.md, "Section"` reference in the repository names a
-//! heading that exists, as every relative link (and its `#anchor`) in the markdown does. Runs natively over every crate of the workspace (`cargo test --workspace`).
+//! heading that exists, as every relative link (and its `#anchor`) in the markdown does. Runs
+//! natively over every crate of the workspace (`cargo test --workspace`).
 #![cfg(not(target_arch = "wasm32"))]
 
 use std::path::{Path, PathBuf};
