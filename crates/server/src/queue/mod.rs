@@ -1,12 +1,14 @@
 //! Queue rules shared by the job, dead-letter and event routes: id validation, the `jobs`
-//! event, telling a lost lease from a missing job, ([`finish`]) the one path a result takes
-//! into the store, and ([`describe`]) what a result covers of its text when it is read.
+//! event, telling a lost lease from a missing job, ([`claim`]) a claim's long poll and the jobs
+//! it hands out, ([`finish`]) the one path a result takes into the store, and ([`describe`])
+//! what a result covers of its text when it is read.
 
 use ternflow_core::keys;
 use ternflow_core::protocol::{FinishedEvent, JobsEvent, ServerEvent};
 
 use crate::error::{Error, Result};
 
+pub(crate) mod claim;
 pub(crate) mod describe;
 pub(crate) mod finish;
 use crate::tenants::Ctx;

@@ -21,8 +21,9 @@ use crate::auth::Role;
 use crate::error::{Error, Result};
 use crate::extract::{Json, Path};
 use crate::identity::{is_clean, Identity, DEFAULT_TENANT};
+use crate::queue::claim::claim_waiting;
 use crate::queue::describe::describe;
-use crate::queue::finish::{finish, resolve_cached};
+use crate::queue::finish::finish;
 use crate::queue::{lease_lost, lost_or_missing, publish_depth, publish_finished, valid_id};
 use crate::store::{JobRecord, PRIORITY_RANGE};
 use crate::tenants::Ctx;
@@ -30,8 +31,6 @@ use ternflow_core::ErrorCode;
 
 /// Longest `delay_ms` accepted (30 days).
 const MAX_DELAY_MS: u64 = 30 * 24 * 3_600_000;
-/// How often a long-poll re-checks for due delayed jobs and expired leases.
-const POLL_TICK: Duration = Duration::from_millis(250);
 
 /// The producer's trace id (its `traceparent`), shared by every job of its request; `None`
 /// when it sent none (or a malformed one), and then each job starts a trace of its own.
@@ -188,89 +187,16 @@ pub(crate) async fn claim(
         ));
     }
     let wait = Duration::from_millis(req.wait_ms.min(cfg.max_wait_ms));
-    let deadline = tokio::time::Instant::now() + wait;
-    let mut shutdown = state.shutdown_signal();
-    loop {
-        if state.is_shutting_down() {
-            return Err(Error::Unavailable("the server is shutting down".to_owned()));
-        }
-        // Register interest before looking, so an enqueue in between still wakes us.
-        let notified = state.hub.work_available();
-        let now = state.now();
-        let claimed = state
-            .store
-            .claim(&req.worker, req.max, cfg.lease_ms, cfg.max_attempts, now)
-            .await?;
-        let m = &state.metrics;
-        m.add(|c| &c.leases_expired, claimed.expired.len() as u64);
-        m.add(|c| &c.jobs_dead, claimed.dead.len() as u64);
-        if !claimed.expired.is_empty() {
-            publish_depth(&state).await;
-        }
-        if !claimed.dead.is_empty() {
-            publish_finished(&state, Vec::new(), claimed.dead.clone()).await;
-        }
-        if !claimed.jobs.is_empty() || tokio::time::Instant::now() >= deadline {
-            m.add(|c| &c.jobs_claimed, claimed.jobs.len() as u64);
-            m.jobs_claimed(claimed.jobs.iter().map(|j| j.id.as_str()), now);
-            let mut jobs = claimed.jobs;
-            for j in &mut jobs {
-                // One rule for jobs enqueued without a model: they are embedded with the
-                // claiming worker's model, which the claim names.
-                if j.model_id.is_empty() {
-                    if let Some(m) = &req.model_id {
-                        j.model_id = m.clone();
-                    }
-                }
-            }
-            // Look every text up in the cache now (one store step), so the worker needs no
-            // GET of its own. Best effort: a failed lookup leaves `cache_checked` false and the
-            // worker asks.
-            let keys: Vec<String> = jobs
-                .iter()
-                .map(|j| ternflow_core::keys::cache_key(&j.model_id, &j.text))
-                .collect();
-            if let Ok(entries) = state.store.cache_get_many(&keys, now).await {
-                for (j, entry) in jobs.iter_mut().zip(entries) {
-                    m.add(
-                        |c| {
-                            if entry.is_some() {
-                                &c.cache_hits
-                            } else {
-                                &c.cache_misses
-                            }
-                        },
-                        1,
-                    );
-                    j.cache_checked = true;
-                    j.cached = entry;
-                }
-            }
-            resolve_cached(&state, &mut jobs, now).await;
-            if !caller_is_admin {
-                for j in &mut jobs {
-                    if let Some(e) = &mut j.cached {
-                        e.by = None;
-                    }
-                }
-            }
-            for j in &mut jobs {
-                let span = format!("{:016x}", rand::random::<u64>().max(1));
-                j.traceparent = format!("00-{}-{span}-01", j.traceparent);
-                tracing::info!(job = %j.id, traceparent = %j.traceparent, worker = %req.worker,
-                    attempt = j.attempt, fence = j.lease.fence, "claimed");
-            }
-            return Ok(Json(ClaimResponse { jobs }));
-        }
-        let tick = deadline
-            .saturating_duration_since(tokio::time::Instant::now())
-            .min(POLL_TICK);
-        tokio::select! {
-            _ = notified => {}
-            _ = tokio::time::sleep(tick) => {}
-            _ = shutdown.changed() => {}
-        }
-    }
+    let jobs = claim_waiting(
+        &state,
+        &req.worker,
+        req.max,
+        req.model_id.as_deref(),
+        wait,
+        caller_is_admin,
+    )
+    .await?;
+    Ok(Json(ClaimResponse { jobs }))
 }
 
 pub(crate) async fn heartbeat(
