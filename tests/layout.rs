@@ -1,9 +1,10 @@
 //! The maps stay true: every Rust file that declares modules names each of them in its opening
 //! `//!` documentation (as `name`, [`name`], `name/` or `name.rs`), so a crate's `# Layout` (or a
 //! folder module's list) cannot silently fall behind the code; the README's layout names every
-//! top-level folder; and every `docs/NAME.md, "Section"` reference in the repository names a
-//! heading that exists, as every relative link (and its `#anchor`) in the markdown does. Runs
-//! natively over every crate of the workspace (`cargo test --workspace`).
+//! top-level folder; docs/server.md's code layout names every file of the server crate; every
+//! `docs/NAME.md, "Section"` reference in the repository names a heading that exists, and every
+//! relative link (and its `#anchor`) in the markdown resolves. Runs natively over every crate of
+//! the workspace (`cargo test --workspace`).
 #![cfg(not(target_arch = "wasm32"))]
 
 use std::path::{Path, PathBuf};
@@ -343,4 +344,68 @@ fn the_link_check_reads_links_and_anchors_as_github_does() {
         anchor("What the test command runs"),
         "what-the-test-command-runs"
     );
+}
+
+/// Whether the markdown table `section` names `rel` (a path under the mapped folder): as
+/// `` `rel` ``, or in a row that names its folder (`` `a/b/` ``) beside its file name or a
+/// pattern of its extension (`` `*.lua` ``).
+fn maps_file(section: &str, rel: &str) -> bool {
+    if section.contains(&format!("`{rel}`")) {
+        return true;
+    }
+    let Some((folder, name)) = rel.rsplit_once('/') else {
+        return false;
+    };
+    let ext = name.rsplit_once('.').map_or("", |(_, e)| e);
+    section.lines().any(|row| {
+        row.contains(&format!("`{folder}/"))
+            && (row.contains(&format!("`{name}`"))
+                || row.contains(&format!("`*.{ext}`"))
+                || row.contains(&format!("`{folder}/*.{ext}`")))
+    })
+}
+
+#[test]
+fn the_server_code_map_names_every_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/server.md")).unwrap();
+    let start = doc
+        .find("\n## Code layout (`crates/server/src`)")
+        .expect("docs/server.md has its code layout");
+    let section = &doc[start..];
+    let section = &section[..section[1..].find("\n## ").map_or(section.len(), |i| i + 1)];
+    let src = root.join("crates/server/src");
+    let mut files = Vec::new();
+    let mut stack = vec![src.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path
+                .extension()
+                .is_some_and(|e| e == "rs" || e == "lua" || e == "sql")
+            {
+                files.push(path.strip_prefix(&src).unwrap().display().to_string());
+            }
+        }
+    }
+    assert!(files.len() > 60, "found only {} files", files.len());
+    let mut unmapped: Vec<&String> = files.iter().filter(|f| !maps_file(section, f)).collect();
+    unmapped.sort();
+    assert!(
+        unmapped.is_empty(),
+        "files of crates/server/src missing from docs/server.md's code layout: {unmapped:?}"
+    );
+}
+
+#[test]
+fn the_map_check_reads_folder_rows() {
+    let table = "| `lib.rs` | x |\n| `store/redis/` | `mod.rs`, `conn.rs`, one per script (`*.lua`) |\n| `routes/*.rs` | y |";
+    assert!(maps_file(table, "lib.rs"));
+    assert!(maps_file(table, "store/redis/conn.rs"));
+    assert!(maps_file(table, "store/redis/claim.lua"));
+    assert!(maps_file(table, "routes/jobs.rs"));
+    assert!(!maps_file(table, "store/redis/queue.rs"));
+    assert!(!maps_file(table, "serve.rs"));
 }
