@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{free_port, Server};
+use common::Server;
 
 use serde_json::{json, Value};
 
@@ -104,8 +104,8 @@ async fn job_state(http: &reqwest::Client, base: &str, id: &str) -> Option<Strin
 async fn a_write_failure_changes_nothing_and_loses_no_confirmed_job() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let port = free_port();
-    let srv = start(&data, port, &[]);
+    let srv = start(&data, 0, &[]);
+    let port = srv.port;
     let http = client();
     let mut confirmed = BTreeSet::new();
     for i in 0..20 {
@@ -114,8 +114,10 @@ async fn a_write_failure_changes_nothing_and_loses_no_confirmed_job() {
         confirmed.insert(id);
     }
     assert_eq!(readyz(&http, &srv.base).await.0, 200, "ready before");
-    // The disk is full: no file of the process may grow past 1 byte. The binary ignores
-    // SIGXFSZ itself (the harness traps nothing), so a write fails instead of killing it.
+    // The disk is full: no file of the process may grow past 1 byte, its log included (the
+    // harness sends stderr to a file): a log line it cannot write is lost, never the request
+    // that logged it. The binary ignores SIGXFSZ itself (the harness traps nothing), so a
+    // write fails instead of killing it.
     prlimit_fsize(srv.pid(), "1:unlimited");
     let big = "x".repeat(8_000);
     let mut refused = Vec::new();
@@ -192,12 +194,13 @@ async fn a_write_failure_changes_nothing_and_loses_no_confirmed_job() {
 async fn kill_9_during_writes_loses_no_confirmed_job_or_ack() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let port = free_port();
+    let mut port = 0;
     let http = client();
     let mut confirmed = BTreeSet::new();
     let mut acked = BTreeSet::new();
     for round in 0..3 {
         let srv = start(&data, port, &[]);
+        port = srv.port;
         let base = srv.base.clone();
         let stop_at = Instant::now() + Duration::from_millis(700);
         let producer = {
@@ -284,10 +287,9 @@ async fn kill_9_during_writes_loses_no_confirmed_job_or_ack() {
 async fn a_stalled_client_is_cut_off_and_does_not_hold_up_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let port = free_port();
     let mut srv = start(
         &data,
-        port,
+        0,
         &[
             "--header-timeout-ms",
             "1000",

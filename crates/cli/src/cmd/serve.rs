@@ -465,14 +465,19 @@ pub fn run(args: Args) -> CmdResult {
 }
 
 /// Logs to stderr (stdout is for what a command prints), filtered by `RUST_LOG` (default
-/// `info`): text with colours only when stderr is a terminal, or JSON lines.
+/// `info`): text with colours only when stderr is a terminal, or JSON lines. A line stderr
+/// refuses is lost, never the request that logged it.
 fn init_logging(format: &str) {
     use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| "info,ternflow_server=info".into());
+    // A log line that cannot be written (stderr a file on a full disk) is dropped. By default
+    // the subscriber reports that with `eprintln!`, which panics when stderr fails, and the
+    // panic took down the request being logged (an empty reply to every enqueue that warned).
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
     if format == "json" {
         b.json().with_current_span(false).init();
     } else {
