@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, ternflow, Server};
+use common::{free_port, output_within, ternflow, Server};
 
 /// The repository root (where `models/ternlight-int4.bin` is).
 fn repo() -> PathBuf {
@@ -57,24 +57,25 @@ fn a_second_server_on_one_data_dir_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let tokens = [("TERNFLOW_TOKENS", "t:admin".to_owned())];
-    let first = Server::start(&data, free_port(), &[], &tokens);
-    let out = ternflow()
-        .args(["serve", "--addr", &format!("127.0.0.1:{}", free_port())])
-        .arg("--data-dir")
-        .arg(&data)
-        .current_dir(dir.path())
-        .env("TERNFLOW_TOKENS", "t:admin")
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "the second server must not start");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let first = Server::start(&data, 0, &[], &tokens);
+    let (status, err) = output_within(
+        ternflow()
+            .args(["serve", "--addr", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(&data)
+            .current_dir(dir.path())
+            .env("TERNFLOW_TOKENS", "t:admin"),
+        20,
+        "the second ternflow serve on one data dir",
+    );
+    assert!(!status.success(), "the second server must not start");
     assert!(
         err.contains("in use by another ternflow serve") && err.contains(&first.pid().to_string()),
         "names the holder: {err}"
     );
     // Once the first is gone (even by kill -9), the directory is free again.
     first.kill9();
-    let again = Server::start(&data, free_port(), &[], &tokens);
+    let again = Server::start(&data, 0, &[], &tokens);
     drop(again);
 }
 
@@ -260,8 +261,8 @@ async fn sse_clients_learn_of_a_gap_after_a_crash_and_not_after_a_clean_restart(
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let tokens = [("TERNFLOW_TOKENS", "w:worker,p:producer".to_owned())];
-    let port = free_port();
-    let srv = Server::start(&data, port, &[], &tokens);
+    let srv = Server::start(&data, 0, &[], &tokens);
+    let port = srv.port;
     let seen = enqueue_and_see(&srv.base, "before a clean restart").await;
     // SIGTERM: a clean shutdown keeps the last event id.
     let st = std::process::Command::new("kill")

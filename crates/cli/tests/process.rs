@@ -4,7 +4,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{free_port, Server};
+use common::Server;
 
 /// The kernel's `THP_enabled` flag of a process (0: `PR_SET_THP_DISABLE` is set).
 fn thp_enabled(pid: u32) -> Option<String> {
@@ -18,7 +18,7 @@ fn thp_enabled(pid: u32) -> Option<String> {
 fn serve(data: &Path, envs: &[(&str, String)]) -> Server {
     let mut envs = envs.to_vec();
     envs.push(("TERNFLOW_TOKENS", "p-tok:producer".to_owned()));
-    Server::start(data, free_port(), &["--store", "embedded"], &envs)
+    Server::start(data, 0, &["--store", "embedded"], &envs)
 }
 
 #[test]

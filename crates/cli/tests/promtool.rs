@@ -11,7 +11,7 @@ use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::{free_port, mint, Server, SECRET_B64};
+use common::{mint, Server, SECRET_B64};
 use serde_json::{json, Value};
 
 /// `promtool check metrics < text`: its exit status and everything it printed.
@@ -92,7 +92,7 @@ async fn metrics_pass_promtool_check_metrics() {
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/ternlight-int4.bin");
     let srv = Server::start(
         &dir.path().join("data"),
-        free_port(),
+        0,
         &["--model", model.to_str().unwrap()],
         &[
             (

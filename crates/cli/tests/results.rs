@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{free_port, ternflow, Server};
+use common::{ternflow, Server};
 
 use serde_json::{json, Value};
 use ternflow_core::ports::JobSource;
@@ -17,7 +17,7 @@ async fn results_come_back_in_id_order_as_jsonl_and_npy() {
     let dir = tempfile::tempdir().unwrap();
     let srv = Server::start(
         &dir.path().join("data"),
-        free_port(),
+        0,
         &[],
         &[("TERNFLOW_TOKENS", format!("{TOKEN}:admin"))],
     );

@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{free_port, mint, ternflow, Server, SECRET_B64};
+use common::{mint, ternflow, Server, SECRET_B64};
 
 use serde_json::json;
 use ternflow_core::ports::JobSource;
@@ -32,7 +32,7 @@ async fn minted_tokens_open_one_tenant_each_on_a_real_server() {
     let dir = tempfile::tempdir().unwrap();
     let srv = Server::start(
         &dir.path().join("data"),
-        free_port(),
+        0,
         &[],
         &[("TERNFLOW_JWT_KEYS", format!("k1:hs256:{SECRET_B64}"))],
     );

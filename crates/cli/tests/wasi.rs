@@ -76,7 +76,7 @@ fn model_server(extra: &[&str]) -> (tempfile::TempDir, Server) {
     let model = model();
     let mut args = vec!["--model", model.to_str().unwrap()];
     args.extend_from_slice(extra);
-    let srv = server(&dir.path().join("data"), free_port(), &args);
+    let srv = server(&dir.path().join("data"), 0, &args);
     (dir, srv)
 }
 
@@ -416,11 +416,11 @@ async fn a_backend_only_worker_embeds_through_the_server_with_the_same_vectors()
 async fn the_server_killed_mid_batch_then_back_loses_nothing(wasi: Wasi) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let port = free_port();
     let model = model();
     let model = model.to_str().unwrap();
     let extra = ["--model", model, "--lease-ms", "5000"];
-    let srv = server(&data, port, &extra);
+    let srv = server(&data, 0, &extra);
+    let port = srv.port;
     let base = srv.base.clone();
     let texts = uniq("outage", 300);
     let ids = enqueue(&base, &texts, None).await;
@@ -544,7 +544,7 @@ async fn stop_hands_unfinished_jobs_back_without_using_an_attempt(wasi: Wasi) {
     // A server without a model: jobs for a model the worker's engine does not run go to the
     // backend, which answers 503, so they stay in flight, retrying, until the worker stops.
     let dir = tempfile::tempdir().unwrap();
-    let srv = server(&dir.path().join("data"), free_port(), &[]);
+    let srv = server(&dir.path().join("data"), 0, &[]);
     let base = srv.base.clone();
     let texts = uniq("handback", 3);
     let ids = enqueue(&base, &texts, Some("not-this-engines")).await;

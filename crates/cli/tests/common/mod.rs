@@ -1,10 +1,10 @@
-//! The one harness the CLI's process tests share: a real `ternflow serve` on a free port,
-//! killed and reaped when dropped.
+//! The one harness the CLI's process tests share: a real `ternflow serve` on a port of the
+//! kernel's choice (or a given one), killed and reaped when dropped.
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// Waits up to `secs` for `child` to exit and asserts it exited with success; `what` names it
@@ -24,6 +24,32 @@ pub fn exits_ok(child: &mut Child, secs: u64, what: &str) {
     }
 }
 
+/// Runs `cmd` (stdout discarded) and returns its exit status and stderr, failing the test if it
+/// is still running after `secs` (it is killed then): a command that should refuse to start
+/// and does not would otherwise hold the test forever. `what` names it in the failure.
+pub fn output_within(cmd: &mut Command, secs: u64, what: &str) -> (ExitStatus, String) {
+    let stderr = tempfile::NamedTempFile::new().unwrap();
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(stderr.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let err = std::fs::read_to_string(stderr.path()).unwrap_or_default();
+            panic!("{what}: still running after {secs} s (killed): {err}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (status, std::fs::read_to_string(stderr.path()).unwrap())
+}
+
 /// A free loopback port.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -31,6 +57,17 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// The port in `ternflow serve`'s "listening" log line (`addr=127.0.0.1:PORT`), once logged.
+fn listening_port(log: &str) -> Option<u16> {
+    let line = log
+        .lines()
+        .find(|l| l.contains("ternflow-server listening"))?;
+    let addr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("addr="))?;
+    addr.rsplit_once(':')?.1.parse().ok()
 }
 
 /// The `ternflow` binary under test.
@@ -43,14 +80,20 @@ pub struct Server {
     pub child: Child,
     pub base: String,
     pub port: u16,
+    /// The server's stderr (warnings and errors), read back when it fails to start.
+    stderr: tempfile::NamedTempFile,
 }
 
 impl Server {
     /// Starts `ternflow serve --addr 127.0.0.1:PORT --data-dir DATA EXTRA…` with `envs`, in
     /// `data`'s parent directory (so no default model is picked up), and waits until it accepts
-    /// connections. The binary as a user runs it: it ignores SIGXFSZ itself (a file-size limit
-    /// fails a write with EFBIG instead of killing it).
+    /// connections. `port` 0: the server binds a port of the kernel's choice and the one it logs
+    /// is used (a port chosen beforehand could be taken by a parallel test before the server
+    /// binds it, and the test would then talk to that test's server). A server that exits
+    /// before it listens fails the test with its stderr. The binary as a user runs it: it
+    /// ignores SIGXFSZ itself (a file-size limit fails a write with EFBIG instead of killing it).
     pub fn start(data: &Path, port: u16, extra: &[&str], envs: &[(&str, String)]) -> Server {
+        let stderr = tempfile::NamedTempFile::new().unwrap();
         let mut cmd = ternflow();
         cmd.args([
             "serve",
@@ -61,22 +104,36 @@ impl Server {
         .arg(data)
         .args(extra)
         .current_dir(data.parent().unwrap())
-        .env("RUST_LOG", "warn")
+        // Warnings, and the line that says where it listens.
+        .env("RUST_LOG", "warn,ternflow::cmd::serve=info")
         .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stderr(stderr.reopen().unwrap());
         for (k, v) in envs {
             cmd.env(k, v);
         }
         // Owned by `Server` from here on: its `Drop` kills and reaps the process on every path.
-        let srv = Server {
+        let mut srv = Server {
             child: cmd.spawn().unwrap(),
-            base: format!("http://127.0.0.1:{port}"),
+            base: String::new(),
             port,
+            stderr,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return srv;
+            let log = std::fs::read_to_string(srv.stderr.path()).unwrap_or_default();
+            if let Some(st) = srv.child.try_wait().unwrap() {
+                panic!("ternflow serve exited before it listened ({st}): {log}");
+            }
+            if let Some(bound) = listening_port(&log) {
+                assert!(
+                    port == 0 || bound == port,
+                    "asked for port {port}, listens on {bound}"
+                );
+                srv.port = bound;
+                srv.base = format!("http://127.0.0.1:{bound}");
+                if TcpStream::connect(("127.0.0.1", bound)).is_ok() {
+                    return srv;
+                }
             }
             std::thread::sleep(Duration::from_millis(50));
         }
