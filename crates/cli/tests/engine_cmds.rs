@@ -120,3 +120,47 @@ fn gen_model_embed_and_bench() {
     assert!(!bad.status.success());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn embed_stops_quietly_when_its_reader_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.tern");
+    let st = ternflow()
+        .args(["gen-model", "--format", "int8", "--d", "32", "--heads", "4"])
+        .args(["--ffn", "64", "--out", "16"])
+        .arg(&model)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut child = ternflow()
+        .arg("embed")
+        .arg("--model")
+        .arg(&model)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // More lines than a pipe holds, fed from a thread: the command must find its reader gone.
+    let mut stdin = child.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        for i in 0..100_000 {
+            if writeln!(stdin, "line number {i}").is_err() {
+                break;
+            }
+        }
+    });
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    // The reader (and so the pipe's only read end) is dropped here, as `head -1` exits.
+    assert_eq!(serde_json::from_str::<Vec<f32>>(&first).unwrap().len(), 16);
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {}: {err}", out.status);
+    assert_eq!(err, "", "nothing to report");
+}

@@ -33,8 +33,26 @@ struct Line<'a> {
     truncated: bool,
 }
 
-/// Runs `ternflow embed`.
+/// Runs `ternflow embed`. A reader that stops early (`ternflow embed | head`) ends the command
+/// quietly, as it does for other Unix filters: the lines it no longer reads are not embedded.
 pub fn run(args: Args) -> CmdResult {
+    match embed_lines(&args) {
+        Err(e) if reader_gone(e.as_ref()) => Ok(()),
+        r => r,
+    }
+}
+
+/// Whether `e` is stdout's reader having closed the pipe (`EPIPE`, as an I/O error or inside
+/// serde_json's).
+fn reader_gone(e: &(dyn std::error::Error + 'static)) -> bool {
+    let kind = e
+        .downcast_ref::<std::io::Error>()
+        .map(std::io::Error::kind)
+        .or_else(|| e.downcast_ref::<serde_json::Error>()?.io_error_kind());
+    kind == Some(std::io::ErrorKind::BrokenPipe)
+}
+
+fn embed_lines(args: &Args) -> CmdResult {
     let mut engine = args.engine.load()?;
     let stdin = std::io::stdin().lock();
     let mut out = BufWriter::new(std::io::stdout().lock());
