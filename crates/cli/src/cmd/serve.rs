@@ -316,7 +316,11 @@ fn tokens(args: &Args) -> Result<Tokens, Box<dyn std::error::Error>> {
     }
     let mut t = Tokens::parse(&spec).map_err(|e| format!("tokens: {e}"))?;
     if let Some(dev) = &args.insecure_dev_token {
-        eprintln!("ternflow: WARNING: --insecure-dev-token grants admin to anyone who knows it");
+        // Not `eprintln!`: a stderr that refuses the line must not stop the server starting.
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"ternflow: WARNING: --insecure-dev-token grants admin to anyone who knows it\n",
+        );
         t.insert(dev.clone(), Role::Admin);
     }
     Ok(t)
