@@ -59,6 +59,11 @@ def ternarize(W):
     return jnp.clip(rround(W * ws), -1.0, 1.0), ws
 
 
+# Diagnostics only (train/emb_formats.py): False leaves the activations unrounded while the
+# weights stay ternary.  Read when a forward is traced: clear JAX's caches after changing it.
+ROUND_ACTIVATIONS = True
+
+
 def bitlinear(x, W, b_raw, quant):
     xn = ln_noparam(x)
     s = 128.0 / jnp.maximum(jnp.max(jnp.abs(xn), axis=-1, keepdims=True), 1e-5)
@@ -66,7 +71,8 @@ def bitlinear(x, W, b_raw, quant):
     xs = xn * s
     Ws = W * ws
     if quant:
-        xs = ste(xs, jnp.clip(rround(xs), -128.0, 127.0))
+        if ROUND_ACTIVATIONS:
+            xs = ste(xs, jnp.clip(rround(xs), -128.0, 127.0))
         Ws = ste(Ws, jnp.clip(rround(Ws), -1.0, 1.0))
     acc = xs @ Ws.T
     if b_raw is not None:
