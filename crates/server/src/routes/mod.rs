@@ -16,6 +16,7 @@ use axum::middleware::from_fn_with_state;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
+use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
@@ -207,12 +208,52 @@ pub fn router(state: AppState) -> Router {
             HeaderValue::from_static("cross-origin"),
         ))
         .layer(cors(&cfg))
+        .layer(CatchPanicLayer::custom(panicked))
         .with_state(state)
+}
+
+/// A handler that panicked (a bug) answers 503 `unavailable` with `Retry-After`, in the
+/// protocol's error body, instead of a closed connection: the server never answers 500 (clients
+/// retry a 503 with backoff), and the panic is logged with the request's span.
+fn panicked(panic: Box<dyn std::any::Any + Send + 'static>) -> axum::response::Response {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    tracing::error!(panic = %what, "a handler panicked");
+    Error::Unavailable("the server failed to answer this request; retry".to_owned()).into_response()
 }
 
 #[cfg(test)]
 mod tests {
     use super::is_localhost;
+
+    #[tokio::test]
+    async fn a_panicking_handler_answers_503_in_the_error_body() {
+        use tower::ServiceExt as _;
+        let app: axum::Router = axum::Router::new()
+            .route(
+                "/boom",
+                axum::routing::get(|| async {
+                    panic!("a bug");
+                    #[allow(unreachable_code)]
+                    ""
+                }),
+            )
+            .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+                super::panicked,
+            ));
+        let req = axum::http::Request::get("/boom")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let resp = app.oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), 503);
+        assert_eq!(resp.headers()["retry-after"], "1");
+        let body = axum::body::to_bytes(resp.into_body(), 4096).await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"]["code"], "unavailable", "{v}");
+    }
 
     #[test]
     fn localhost_origins() {
