@@ -164,3 +164,61 @@ fn embed_stops_quietly_when_its_reader_does() {
     assert!(out.status.success(), "exit {}: {err}", out.status);
     assert_eq!(err, "", "nothing to report");
 }
+
+#[test]
+fn a_line_that_is_not_utf8_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.tern");
+    let st = ternflow()
+        .args(["gen-model", "--format", "int8", "--d", "32", "--heads", "4"])
+        .args(["--ffn", "64", "--out", "16"])
+        .arg(&model)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let input = b"hello\n\xff\xfe bad\nworld\n";
+    let mut child = ternflow()
+        .arg("embed")
+        .arg("--model")
+        .arg(&model)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("stdin line 2") && err.contains("UTF-8"),
+        "{err}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().count(),
+        1,
+        "the line before it was embedded"
+    );
+    // `enqueue` reads and checks every line before its first request (no server is running).
+    let file = dir.path().join("jobs.txt");
+    std::fs::write(&file, input).unwrap();
+    let out = ternflow()
+        .args(["enqueue", "--token", "t", "--server", "http://127.0.0.1:9"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("jobs.txt line 2") && err.contains("UTF-8"),
+        "{err}"
+    );
+    std::fs::write(&file, "fine\n{\"text\": 3}\n").unwrap();
+    let out = ternflow()
+        .args(["enqueue", "--token", "t", "--server", "http://127.0.0.1:9"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("jobs.txt line 2: bad JSON job"), "{err}");
+}

@@ -57,8 +57,9 @@ fn embed_lines(args: &Args) -> CmdResult {
     let stdin = std::io::stdin().lock();
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut vector = vec![0f32; engine.output_dim()];
-    for line in stdin.lines() {
-        let line = line?;
+    for (n, line) in stdin.lines().enumerate() {
+        // The lines before it are written: output line k is input line k.
+        let line = line.map_err(|e| format!("stdin line {}: {e}", n + 1))?;
         if args.ids {
             serde_json::to_writer(&mut out, &engine.tokenize(&line))?;
         } else {

@@ -41,11 +41,13 @@ pub fn run(args: Args) -> CmdResult {
             std::fs::File::open(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
         Box::new(std::io::BufReader::new(f))
     };
+    // Every line is read and checked before the first request: a bad line enqueues nothing.
     let mut jobs = Vec::new();
-    for line in reader.lines() {
-        let line = line?;
+    for (n, line) in reader.lines().enumerate() {
+        let at = || format!("{} line {}", args.file.display(), n + 1);
+        let line = line.map_err(|e| format!("{}: {e}", at()))?;
         if !line.trim().is_empty() {
-            jobs.push(parse_line(&line)?);
+            jobs.push(parse_line(&line).map_err(|e| format!("{}: {e}", at()))?);
         }
     }
     let rt = tokio::runtime::Runtime::new()?;
