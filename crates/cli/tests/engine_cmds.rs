@@ -121,17 +121,24 @@ fn gen_model_embed_and_bench() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-#[test]
-fn embed_stops_quietly_when_its_reader_does() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("tiny.tern");
+/// A random tiny model (d 32, 16 outputs) written by `ternflow gen-model` into `dir`.
+fn tiny_model(dir: &std::path::Path) -> std::path::PathBuf {
+    let model = dir.join("tiny.tern");
     let st = ternflow()
         .args(["gen-model", "--format", "int8", "--d", "32", "--heads", "4"])
         .args(["--ffn", "64", "--out", "16"])
         .arg(&model)
+        .stdout(Stdio::null())
         .status()
         .unwrap();
     assert!(st.success());
+    model
+}
+
+#[test]
+fn embed_stops_quietly_when_its_reader_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
     let mut child = ternflow()
         .arg("embed")
         .arg("--model")
@@ -168,14 +175,7 @@ fn embed_stops_quietly_when_its_reader_does() {
 #[test]
 fn a_line_that_is_not_utf8_is_named() {
     let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("tiny.tern");
-    let st = ternflow()
-        .args(["gen-model", "--format", "int8", "--d", "32", "--heads", "4"])
-        .args(["--ffn", "64", "--out", "16"])
-        .arg(&model)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let model = tiny_model(dir.path());
     let input = b"hello\n\xff\xfe bad\nworld\n";
     let mut child = ternflow()
         .arg("embed")
