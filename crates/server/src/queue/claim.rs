@@ -62,52 +62,7 @@ pub(crate) async fn claim_waiting(
             m.add(|c| &c.jobs_claimed, claimed.jobs.len() as u64);
             m.jobs_claimed(claimed.jobs.iter().map(|j| j.id.as_str()), now);
             let mut jobs = claimed.jobs;
-            for j in &mut jobs {
-                // One rule for jobs enqueued without a model: they are embedded with the
-                // claiming worker's model, which the claim names.
-                if j.model_id.is_empty() {
-                    if let Some(m) = model_id {
-                        j.model_id = m.to_owned();
-                    }
-                }
-            }
-            // Look every text up in the cache now (one store step), so the worker needs no
-            // GET of its own. Best effort: a failed lookup leaves `cache_checked` false and the
-            // worker asks.
-            let keys: Vec<String> = jobs
-                .iter()
-                .map(|j| ternflow_core::keys::cache_key(&j.model_id, &j.text))
-                .collect();
-            if let Ok(entries) = state.store.cache_get_many(&keys, now).await {
-                for (j, entry) in jobs.iter_mut().zip(entries) {
-                    m.add(
-                        |c| {
-                            if entry.is_some() {
-                                &c.cache_hits
-                            } else {
-                                &c.cache_misses
-                            }
-                        },
-                        1,
-                    );
-                    j.cache_checked = true;
-                    j.cached = entry;
-                }
-            }
-            resolve_cached(state, &mut jobs, now).await;
-            if !show_provenance {
-                for j in &mut jobs {
-                    if let Some(e) = &mut j.cached {
-                        e.by = None;
-                    }
-                }
-            }
-            for j in &mut jobs {
-                let span = format!("{:016x}", rand::random::<u64>().max(1));
-                j.traceparent = format!("00-{}-{span}-01", j.traceparent);
-                tracing::info!(job = %j.id, traceparent = %j.traceparent, worker = %worker,
-                    attempt = j.attempt, fence = j.lease.fence, "claimed");
-            }
+            hand_out(state, &mut jobs, worker, model_id, show_provenance, now).await;
             return Ok(jobs);
         }
         let tick = deadline
@@ -118,5 +73,66 @@ pub(crate) async fn claim_waiting(
             _ = tokio::time::sleep(tick) => {}
             _ = shutdown.changed() => {}
         }
+    }
+}
+
+/// Makes claimed `jobs` ready to run: the claiming worker's model for jobs enqueued without one,
+/// each text looked up in the cache (one store step, so the worker needs no `GET`; a cached text
+/// is finished by the claim itself), a writer's provenance shown only when `show_provenance`,
+/// and a span of its own in each job's trace.
+async fn hand_out(
+    state: &Ctx,
+    jobs: &mut [ClaimedJob],
+    worker: &str,
+    model_id: Option<&str>,
+    show_provenance: bool,
+    now: u64,
+) {
+    let m = &state.metrics;
+    for j in jobs.iter_mut() {
+        // One rule for jobs enqueued without a model: they are embedded with the
+        // claiming worker's model, which the claim names.
+        if j.model_id.is_empty() {
+            if let Some(model) = model_id {
+                j.model_id = model.to_owned();
+            }
+        }
+    }
+    // Look every text up in the cache now (one store step), so the worker needs no
+    // GET of its own. Best effort: a failed lookup leaves `cache_checked` false and the
+    // worker asks.
+    let keys: Vec<String> = jobs
+        .iter()
+        .map(|j| ternflow_core::keys::cache_key(&j.model_id, &j.text))
+        .collect();
+    if let Ok(entries) = state.store.cache_get_many(&keys, now).await {
+        for (j, entry) in jobs.iter_mut().zip(entries) {
+            m.add(
+                |c| {
+                    if entry.is_some() {
+                        &c.cache_hits
+                    } else {
+                        &c.cache_misses
+                    }
+                },
+                1,
+            );
+            j.cache_checked = true;
+            j.cached = entry;
+        }
+    }
+    resolve_cached(state, jobs, now).await;
+    if !show_provenance {
+        for j in jobs.iter_mut() {
+            if let Some(e) = &mut j.cached {
+                e.by = None;
+            }
+        }
+    }
+    for j in jobs.iter_mut() {
+        let span = format!("{:016x}", rand::random::<u64>().max(1));
+        j.traceparent = format!("00-{}-{span}-01", j.traceparent);
+        tracing::info!(job = %j.id, traceparent = %j.traceparent, worker = %worker,
+            attempt = j.attempt, fence = j.lease.fence, "claimed");
     }
 }
