@@ -20,6 +20,8 @@ pub struct RedisServer {
     extra: Vec<String>,
     /// Started through [`cluster::in_keeper`]: dies with the test process.
     kept: bool,
+    /// Started once: a restart keeps its port.
+    started: bool,
 }
 
 pub fn free_port() -> u16 {
@@ -28,6 +30,30 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// The process id of the Redis answering on `port` (`INFO server`), `None` while none answers.
+fn server_pid(port: u16) -> Option<u32> {
+    use std::io::{Read, Write};
+    let mut c = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    c.write_all(b"INFO server\r\n").ok()?;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&got);
+        if let Some(at) = text.find("process_id:") {
+            let rest = &text[at + "process_id:".len()..];
+            if let Some(end) = rest.find("\r\n") {
+                return rest[..end].trim().parse().ok();
+            }
+        }
+        let n = c.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
 }
 
 impl RedisServer {
@@ -50,6 +76,7 @@ impl RedisServer {
             bin: bin.to_owned(),
             extra: extra.iter().map(|s| (*s).to_owned()).collect(),
             kept: false,
+            started: false,
         }
     }
 
@@ -57,7 +84,29 @@ impl RedisServer {
         self.dir.path().to_owned()
     }
 
+    /// Starts the server and waits until it answers as itself. Its first start picks another
+    /// free port if the one chosen was taken meanwhile (tests run in parallel; a Redis that
+    /// cannot bind exits, and the test would otherwise talk to another test's server); a restart
+    /// keeps its port, so a taken one fails the test.
     pub(crate) fn spawn(&mut self) {
+        let mut last = String::new();
+        for _ in 0..5 {
+            match self.try_spawn() {
+                Ok(()) => {
+                    self.started = true;
+                    return;
+                }
+                Err(e) if !self.started => {
+                    last = e;
+                    self.port = free_port();
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        panic!("no free port for {} after 5 tries: {last}", self.bin);
+    }
+
+    fn try_spawn(&mut self) -> Result<(), String> {
         let mut cmd = Command::new(&self.bin);
         cmd.args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
@@ -86,9 +135,24 @@ impl RedisServer {
                 self.bin
             )
         });
+        let pid = child.id();
         self.child = Some(child);
         let start = Instant::now();
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        loop {
+            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                return Err(format!("{} on port {} exited ({st})", self.bin, self.port));
+            }
+            if let Some(answering) = server_pid(self.port) {
+                if answering == pid {
+                    return Ok(());
+                }
+                self.kill9();
+                return Err(format!(
+                    "port {} answers as process {answering}, not {pid}",
+                    self.port
+                ));
+            }
             assert!(
                 start.elapsed() < Duration::from_secs(10),
                 "redis-server did not start listening on port {}",
