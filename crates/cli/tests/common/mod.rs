@@ -59,14 +59,17 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// The port in `ternflow serve`'s "listening" log line (`addr=127.0.0.1:PORT`), once logged.
+/// The port in `ternflow serve`'s "listening" log line (`addr=127.0.0.1:PORT`, or JSON's
+/// `"addr":"…"`), once logged.
 fn listening_port(log: &str) -> Option<u16> {
     let line = log
         .lines()
         .find(|l| l.contains("ternflow-server listening"))?;
     let addr = line
         .split_whitespace()
-        .find_map(|w| w.strip_prefix("addr="))?;
+        .find_map(|w| w.strip_prefix("addr="))
+        // `--log-format json`: `"addr":"127.0.0.1:PORT"`.
+        .or_else(|| line.split("\"addr\":\"").nth(1)?.split('"').next())?;
     addr.rsplit_once(':')?.1.parse().ok()
 }
 
