@@ -201,6 +201,9 @@ pub fn router(state: AppState) -> Router {
         .merge(public)
         .fallback(|| async { Error::NotFound("no such route".to_owned()).into_response() })
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed.into_response() })
+        // Inside the trace span and CORS: the 503 is logged with its request and reaches a
+        // browser with the CORS headers every other answer has.
+        .layer(CatchPanicLayer::custom(panicked))
         .layer(DefaultBodyLimit::max(cfg.max_body_bytes))
         .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .layer(SetResponseHeaderLayer::overriding(
@@ -208,13 +211,12 @@ pub fn router(state: AppState) -> Router {
             HeaderValue::from_static("cross-origin"),
         ))
         .layer(cors(&cfg))
-        .layer(CatchPanicLayer::custom(panicked))
         .with_state(state)
 }
 
 /// A handler that panicked (a bug) answers 503 `unavailable` with `Retry-After`, in the
 /// protocol's error body, instead of a closed connection: the server never answers 500 (clients
-/// retry a 503 with backoff), and the panic is logged with the request's span.
+/// retry a 503 with backoff), and the panic is logged within the request's span.
 fn panicked(panic: Box<dyn std::any::Any + Send + 'static>) -> axum::response::Response {
     let what = panic
         .downcast_ref::<&str>()
