@@ -47,6 +47,9 @@
 # realq14 (2026-12-05, from stage 15; spans sessions, rerun the same command to resume): realq11's
 # excursion again, dup-weighted, to be followed by realq12's low-rate run from its best:
 #   RUN=realq14 BUDGET=140 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=5e-4 NEAR=1 EMA=0.999 CORR=1 SEED=14 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# realq15 (from realq14's end: its student_final.npz packed to $TERN_WORK/realq14/ternlight-int4.bin
+# with train/pack.py, since the excursion's best by dev may be its first evaluation, stage 15 itself):
+#   RUN=realq15 INIT=$TERN_WORK/realq14/ternlight-int4.bin BUDGET=60 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=1e-4 NEAR=1 EMA=0.999 CORR=1 SEED=15 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # Needs run_real.sh's and run_broad.sh's data; labels what is missing first
 # (pool shards, realq shards: both resumable, a no-op when complete).  One process, nice 19, 2 threads.
 set -euo pipefail
