@@ -583,6 +583,97 @@ async fn a_relayed_cache_vector_belongs_to_the_entry_writer() {
     );
 }
 
+/// One job acked twice in one batch: its own result (a lie) first, then the cache entry's vector
+/// (a relay). Only the first ack of an id in a batch is taken, and it is checked as the
+/// sender's own: the relay beside it does not make the lie the entry writer's, unchecked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_acked_twice_in_one_batch_is_taken_once_and_checked() {
+    let (state, api) = setup(policy(100, 0.0));
+    let r = api
+        .enqueue(json!({"jobs": [{"id": "y1", "text": "shared"}, {"id": "y2", "text": "shared"}]}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let y1 = claim_as(&api, WORKER_B64, 1).await.remove(0);
+    let y2 = claim_as(&api, WORKER, 1).await.remove(0);
+    // WORKER embeds "shared" honestly and writes it through to the cache.
+    let r = ack(
+        &api,
+        WORKER,
+        &y2,
+        &ack_body(&y2, embed("shared"), &model(), true),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    // WORKER_B64 (on probation) acks y1 with a lie, and again with the entry's vector.
+    let lie = ack_body(&y1, embed("a lie"), &model(), false);
+    let mut relay = ack_body(&y1, embed("shared"), &model(), false);
+    relay.result.source = ResultSource::Remote;
+    let acks = vec![
+        AckItem {
+            id: "y1".into(),
+            ack: lie,
+        },
+        AckItem {
+            id: "y1".into(),
+            ack: relay,
+        },
+    ];
+    let body = serde_json::to_value(AckBatchRequest { acks, worker: None }).unwrap();
+    let r = api.post(Some(WORKER_B64), "/v1/jobs/ack", body).await;
+    state.verifier().settle().await;
+    let st = api.get(Some(ADMIN), "/v1/jobs/y1").await;
+    // (Before the fix: "done", the lie stored as the cache entry writer's, "verified".)
+    if let Ok(stored) = serde_json::from_value::<Vector>(st.json["result"]["vector"].clone()) {
+        assert_ne!(
+            stored.0,
+            embed("a lie"),
+            "the lie was stored: {} / {}",
+            r.text,
+            st.text
+        );
+    }
+    assert_eq!(
+        r.status,
+        StatusCode::FORBIDDEN,
+        "the first ack is the sender's own, checked on probation: {}",
+        r.text
+    );
+    assert_eq!(
+        state_of(&st),
+        "leased",
+        "nothing of the batch stored: {}",
+        st.text
+    );
+    // An honest batch that names a job twice: the first ack is taken, the second refused.
+    let r = api
+        .enqueue(json!({"jobs": [{"id": "y3", "text": "third"}]}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let y3 = claim_as(&api, WORKER, 1).await.remove(0);
+    let honest = ack_body(&y3, embed("third"), &model(), false);
+    let acks = vec![
+        AckItem {
+            id: "y3".into(),
+            ack: honest.clone(),
+        },
+        AckItem {
+            id: "y3".into(),
+            ack: honest,
+        },
+    ];
+    let body = serde_json::to_value(AckBatchRequest { acks, worker: None }).unwrap();
+    let r = api.post(Some(WORKER), "/v1/jobs/ack", body).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let out = r.json["results"].as_array().unwrap();
+    assert_eq!(out[0]["outcome"], "done", "{}", r.text);
+    assert_eq!(
+        (out[1]["outcome"].as_str(), out[1]["error"]["code"].as_str()),
+        (Some("refused"), Some("bad_body")),
+        "{}",
+        r.text
+    );
+}
+
 #[tokio::test]
 async fn provenance_is_recorded_and_shown_to_admins_only() {
     let (_, api) = setup(Policy::default());

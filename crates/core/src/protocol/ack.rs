@@ -162,7 +162,8 @@ pub enum AckItemOutcome {
     LeaseLost,
     /// No such job.
     Missing,
-    /// The ack itself is malformed (an empty vector, no model id, a bad id); see `error`.
+    /// The ack itself is malformed (an empty vector, no model id, a bad id, a job the batch
+    /// already named); see `error`.
     Refused,
     /// Taken as one of the k results that must agree before the job is final (a model the
     /// server cannot recompute, k-of-n agreement on): the lease is over, the job goes to

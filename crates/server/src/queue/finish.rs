@@ -70,7 +70,24 @@ pub async fn finish(
     let now = state.now();
     let mut results: Vec<Option<AckItemResult>> = vec![None; acks.len()];
     let mut items: Vec<(usize, AckItem)> = Vec::with_capacity(acks.len());
+    // Only the first ack of a job in a batch is taken: what follows decides per job id (which
+    // results are relayed, which are checked), and a second ack beside the first could make
+    // the first pass as something it is not (a relay beside a lie made the lie the cache entry
+    // writer's, unchecked).
+    let mut seen = std::collections::HashSet::with_capacity(acks.len());
     for (i, item) in acks.into_iter().enumerate() {
+        if !seen.insert(item.id.clone()) {
+            state.metrics.add(|c| &c.results_refused, 1);
+            let e = Error::bad_request(
+                ErrorCode::BadBody,
+                format!(
+                    "job {} appears more than once in this batch; only its first ack is taken",
+                    item.id
+                ),
+            );
+            results[i] = Some(refused(item.id, &e));
+            continue;
+        }
         match check_ack(state, &item) {
             Ok(()) => items.push((i, item)),
             Err(e) => {
