@@ -674,6 +674,49 @@ async fn a_job_acked_twice_in_one_batch_is_taken_once_and_checked() {
     );
 }
 
+/// A relay of a liar's cache entry that asks for a write-through does not re-sign the entry as
+/// the relayer's (it would then outlive the liar's quarantine: relays are never sampled). The
+/// relayer's lease is older than the entry (a job claimed after the entry existed is resolved by
+/// the claim itself, with no ack), so its write-through is stale. Current-thread runtime: the
+/// sampled check of the lie runs only when the test yields, after the relay.
+#[tokio::test]
+async fn relaying_a_cache_entry_does_not_launder_it() {
+    let (state, api) = setup(policy(0, 1.0));
+    let r = api
+        .enqueue(json!({"jobs": [{"id": "z1", "text": "shared"}, {"id": "z2", "text": "shared"}]}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let z1 = claim_as(&api, WORKER_B64, 1).await.remove(0);
+    let z2 = claim_as(&api, WORKER, 1).await.remove(0);
+    // WORKER lies and writes the lie through to the cache (its check is sampled, later).
+    let r = ack(
+        &api,
+        WORKER,
+        &z2,
+        &ack_body(&z2, embed("a lie"), &model(), true),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    // WORKER_B64 relays the entry for z1, asking for a write-through of it.
+    let mut relay = ack_body(&z1, embed("a lie"), &model(), true);
+    relay.result.source = ResultSource::Remote;
+    let r = ack(&api, WORKER_B64, &z1, &relay).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let key = cache_key(&model(), "shared");
+    let entry = api.get(Some(ADMIN), &format!("/v1/cache/{key}")).await;
+    let liar = api.get(Some(ADMIN), "/v1/jobs/z2").await.json["result"]["by"]["sub"].clone();
+    assert_eq!(
+        entry.json["by"]["sub"], liar,
+        "the entry is still its writer's: {}",
+        entry.text
+    );
+    // The lie is found: the entry goes with its writer's quarantine, and so does the relay.
+    state.verifier().settle().await;
+    let gone = api.get(Some(ADMIN), &format!("/v1/cache/{key}")).await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND, "{}", gone.text);
+    assert_eq!(state_of(&api.status("z1").await), "queued");
+}
+
 #[tokio::test]
 async fn provenance_is_recorded_and_shown_to_admins_only() {
     let (_, api) = setup(Policy::default());
