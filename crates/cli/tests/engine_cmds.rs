@@ -135,19 +135,24 @@ fn tiny_model(dir: &std::path::Path) -> std::path::PathBuf {
     model
 }
 
-#[test]
-fn embed_stops_quietly_when_its_reader_does() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = tiny_model(dir.path());
-    let mut child = ternflow()
+/// `ternflow embed --model MODEL` with stdin, stdout and stderr piped.
+fn spawn_embed(model: &std::path::Path) -> std::process::Child {
+    ternflow()
         .arg("embed")
         .arg("--model")
-        .arg(&model)
+        .arg(model)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn embed_stops_quietly_when_its_reader_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let mut child = spawn_embed(&model);
     // More lines than a pipe holds, fed from a thread: the command must find its reader gone.
     let mut stdin = child.stdin.take().unwrap();
     let feeder = std::thread::spawn(move || {
@@ -177,15 +182,7 @@ fn a_line_that_is_not_utf8_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny_model(dir.path());
     let input = b"hello\n\xff\xfe bad\nworld\n";
-    let mut child = ternflow()
-        .arg("embed")
-        .arg("--model")
-        .arg(&model)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_embed(&model);
     child.stdin.take().unwrap().write_all(input).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(!out.status.success());
