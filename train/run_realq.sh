@@ -49,6 +49,12 @@
 #   RUN=realq14 BUDGET=140 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=5e-4 NEAR=1 EMA=0.999 CORR=1 SEED=14 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # Needs run_real.sh's and run_broad.sh's data; labels what is missing first
 # (pool shards, realq shards: both resumable, a no-op when complete).  One process, nice 19, 2 threads.
+# realq15 (2026-12-05, from realq14's end: its student_final.npz packed to $TERN_WORK/realq14/ternlight-int4.bin
+# with train/pack.py, since the excursion's best by dev may be its first evaluation, stage 15 itself):
+#   RUN=realq15 INIT=$TERN_WORK/realq14/ternlight-int4.bin BUDGET=60 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=1e-4 NEAR=1 EMA=0.999 CORR=1 SEED=15 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# (The body is one function called on the last line: bash reads a running script as it goes, and
+# a function is read whole before it runs, so editing this file while a run is under way is safe.)
+main() {
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TERN_WORK="${TERN_WORK:-$PWD/train/work}"
@@ -86,9 +92,5 @@ $PY train/distil.py --init "${INIT:-models/ternlight-int4.bin}" --run "$RUN" --r
   --lr "${LR:-3e-4}" --warmup-frac 0.01 --time-budget "$BUDGET" --ckpt-every 100 --eval-every 200 --save-best \
   --seed "${SEED:-0}" ${NEAR:+--near "$NEAR"} ${EMA:+--ema "$EMA"} ${REL:+--rel "$REL"} ${CORR:+--corr "$CORR"}
 echo "$(date -u '+%F %T') run_realq.sh: done"
-# realq15 (from realq14's end: its student_final.npz packed to $TERN_WORK/realq14/ternlight-int4.bin
-# with train/pack.py, since the excursion's best by dev may be its first evaluation, stage 15 itself):
-#   RUN=realq15 INIT=$TERN_WORK/realq14/ternlight-int4.bin BUDGET=60 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=1e-4 NEAR=1 EMA=0.999 CORR=1 SEED=15 TERN_WORK=… DETACH=1 bash train/run_realq.sh
-# (Written here at the end, not in the header with the others: bash reads a running script as it
-# goes, so an edit above the line a run is executing shifts what it reads next. Move it up when no
-# run_realq.sh runs.)
+}
+main "$@"
