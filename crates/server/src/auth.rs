@@ -176,9 +176,10 @@ pub async fn gate(State(g): State<Gate>, mut req: Request, next: Next) -> Result
             (role, key, Arc::from(DEFAULT_TENANT), None, sub)
         };
     if role != Role::Admin && !g.roles.contains(&role) {
-        return Err(Error::Forbidden(
-            g.roles.first().map_or("admin", |r| r.as_str()),
-        ));
+        return Err(Error::Forbidden(format!(
+            "this route needs the {} role",
+            g.roles.first().map_or("admin", |r| r.as_str())
+        )));
     }
     let caller = Identity {
         key,

@@ -28,9 +28,9 @@ pub enum Error {
     /// 401: a signed token that is expired, not yet valid, badly signed or malformed.
     #[error("{0}")]
     BadToken(String),
-    /// 403: the token's role may not use this route.
-    #[error("this route needs the {0} role")]
-    Forbidden(&'static str),
+    /// 403: the caller may not use this route; the message says what it needs.
+    #[error("{0}")]
+    Forbidden(String),
     /// 403: the caller's identity is quarantined (a result it sent did not verify).
     #[error("{0}")]
     Quarantined(String),

@@ -127,7 +127,9 @@ pub(crate) async fn data(state: Ctx, Query(q): Query<SinceQuery>) -> Result<Json
     // The history and the worker table are the server's; only the default tenant's admin sees
     // them (another tenant's admin would learn the default tenant's queue).
     if &*state.tenant != DEFAULT_TENANT {
-        return Err(Error::Forbidden("default tenant's admin"));
+        return Err(Error::Forbidden(
+            "this route needs the default tenant's admin role".to_owned(),
+        ));
     }
     let now = state.now();
     let queue = state.store.depth(now).await?;

@@ -127,7 +127,9 @@ impl Tenants {
             return Ok(self.default.clone());
         }
         let Some(factory) = self.factory.get() else {
-            return Err(Error::Forbidden("a tenant this server serves"));
+            return Err(Error::Forbidden(format!(
+                "this server serves only the {DEFAULT_TENANT:?} tenant, not {name:?}"
+            )));
         };
         // Held while a store is opened or closed, so that one tenant never has two stores.
         let mut open = self.open.lock().await;
