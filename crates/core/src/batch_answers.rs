@@ -124,7 +124,7 @@ impl NackBatchRequest {
 }
 
 impl NackBatchResponse {
-    /// One result per nack sent: retry or dead as the one-job nack answers; a lost lease is
+    /// One result per nack sent: retry, dead or done as the one-job nack answers; a lost lease is
     /// [`Error::LeaseLost`]; an unknown job a 404.
     ///
     /// # Errors
@@ -137,6 +137,7 @@ impl NackBatchResponse {
             .map(|r| match r.outcome {
                 NackItemOutcome::Retry { available_at } => Ok(NackResponse::Retry { available_at }),
                 NackItemOutcome::Dead => Ok(NackResponse::Dead),
+                NackItemOutcome::Done => Ok(NackResponse::Done),
                 NackItemOutcome::LeaseLost => Err(Error::LeaseLost(r.id)),
                 NackItemOutcome::Missing => Err(missing(&r.id)),
             })
@@ -202,10 +203,20 @@ mod tests {
                     id: "q".into(),
                     outcome: NackItemOutcome::Missing,
                 },
+                NackItemResult {
+                    id: "r".into(),
+                    outcome: NackItemOutcome::Done,
+                },
             ],
         };
-        let got = nk.into_results(2).unwrap();
+        let wire = serde_json::to_value(&nk).unwrap();
+        assert_eq!(
+            wire["results"][2],
+            serde_json::json!({"id": "r", "outcome": "done"})
+        );
+        let got = nk.into_results(3).unwrap();
         assert_eq!(got[0].as_ref().unwrap(), &NackResponse::Dead);
         assert!(matches!(&got[1], Err(Error::Http { status: 404, .. })));
+        assert_eq!(got[2].as_ref().unwrap(), &NackResponse::Done);
     }
 }

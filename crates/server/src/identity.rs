@@ -105,8 +105,26 @@ pub fn check_claims(
         if !is_clean(s, 128) {
             return Err("sub must be 1–128 characters of [A-Za-z0-9._:@-]".into());
         }
+        if is_reserved_sub(s) {
+            return Err(format!(
+                "sub {s:?} is reserved: {SERVER_WRITER:?} and the static:… and tok:… forms name \
+                 the server and tokens of other kinds"
+            ));
+        }
     }
     Ok(role)
+}
+
+/// The writer identity of what the server computes itself (a job a worker failed that the
+/// server embedded): no token's `sub` may take it.
+pub const SERVER_WRITER: &str = "server";
+
+/// Whether a signed token's `sub` would take an identity that is not its to take: the
+/// server's own, or the forms the server gives static tokens (`static:…`) and signed tokens
+/// without a `sub` (`tok:…`). Identities carry standing and quarantine (`crate::integrity`): a
+/// visitor's token named `static:<digest>` would share an operator's worker's.
+pub fn is_reserved_sub(s: &str) -> bool {
+    s == SERVER_WRITER || s.starts_with("static:") || s.starts_with("tok:")
 }
 
 /// Whether `t` is a valid tenant name: 1–64 bytes of `[a-z0-9_-]`.
@@ -198,6 +216,30 @@ mod tests {
         assert!(check_claims("worker", "acme", Some(MAX_CLAIMS_PER_MIN + 1), None).is_err());
         assert!(check_claims("worker", "acme", Some(MAX_CLAIMS_PER_MIN), None).is_ok());
         assert!(check_claims("worker", "acme", None, Some("a\nb")).is_err());
+    }
+
+    /// A visitor's `sub` cannot take the server's identity or the forms given to static tokens
+    /// and to signed tokens without a `sub`: it would share their standing and quarantine.
+    #[test]
+    fn reserved_subs_are_refused() {
+        let d = [0xabu8; 32];
+        for sub in [
+            SERVER_WRITER.to_owned(),
+            static_writer_id(&d),
+            writer_id(None, &d),
+            "static:".to_owned(),
+            "tok:x".to_owned(),
+        ] {
+            let e = check_claims("worker", "acme", None, Some(&sub)).unwrap_err();
+            assert!(e.contains("reserved"), "{sub}: {e}");
+        }
+        for sub in ["servers", "my-server", "stat:x", "token:1", "v:tok:1"] {
+            assert_eq!(
+                check_claims("worker", "acme", None, Some(sub)),
+                Ok(Role::Worker),
+                "{sub}"
+            );
+        }
     }
 
     #[test]

@@ -36,6 +36,8 @@ counters! {
     jobs_nacked: "Nacks received.",
     jobs_retried: "Jobs scheduled for re-delivery after a nack.",
     jobs_dead: "Jobs moved to the dead-letter queue.",
+    jobs_done_by_server: "Jobs a worker nacked for good (or on their last attempt) that the server embedded itself.",
+    nacks_overruled: "Nacks sent as permanent for a model the server cannot run, retried instead (a worker alone does not dead-letter a job).",
     jobs_redriven: "Dead letters re-queued.",
     leases_expired: "Leases that expired and were re-delivered.",
     leases_lost: "Heartbeats, acks and nacks refused for a stale token.",

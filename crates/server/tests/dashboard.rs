@@ -111,8 +111,13 @@ async fn page_and_files_are_public_and_the_data_needs_an_admin() {
 /// acks' sources, claim → ack latency, the worker table with its runtime, the alerts.
 async fn history_and_alerts(store: Arc<dyn Store>) {
     let clock = FakeClock::new(T0);
-    let state = AppState::new(store, common::tokens(), Config::default())
-        .with_clock(Arc::new(clock.clone()));
+    // One attempt: the job a worker fails goes to the dead-letter queue on its first nack (a
+    // worker's "permanent" alone is not believed: `tests/nacks.rs`).
+    let cfg = Config {
+        max_attempts: 1,
+        ..Config::default()
+    };
+    let state = AppState::new(store, common::tokens(), cfg).with_clock(Arc::new(clock.clone()));
     let router = app(state.clone());
     let api = Api(router.clone());
     let jobs: Vec<Value> = (0..10)

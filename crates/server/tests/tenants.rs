@@ -52,7 +52,13 @@ fn token(kid: &str, role: &str, tenant: &str) -> String {
 
 fn state(factory: StoreFactory, default: Arc<dyn ternflow_server::Store>) -> (AppState, FakeClock) {
     let clock = FakeClock::new(NOW_MS);
-    let s = AppState::new(default, common::tokens(), Config::default())
+    // One attempt: a job a worker fails is dead-lettered on its first nack (the isolation
+    // checks need a dead letter; a worker's "permanent" alone is not believed, tests/nacks.rs).
+    let cfg = Config {
+        max_attempts: 1,
+        ..Config::default()
+    };
+    let s = AppState::new(default, common::tokens(), cfg)
         .with_clock(Arc::new(clock.clone()))
         .with_keys(keys())
         .with_tenant_stores(factory);

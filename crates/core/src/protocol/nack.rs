@@ -42,6 +42,9 @@ pub enum NackResponse {
     },
     /// Moved to the dead-letter queue.
     Dead,
+    /// Done by the server: it embedded the job's text itself rather than let a worker's failure
+    /// end the job (the server runs the job's model; source `backend`).
+    Done,
 }
 
 /// `POST /v1/jobs/nack` body: gives many jobs back in one request (at most the claim limit).
@@ -76,6 +79,8 @@ pub enum NackItemOutcome {
     },
     /// Moved to the dead-letter queue.
     Dead,
+    /// Done by the server, which embedded the job's text itself.
+    Done,
     /// The token does not hold the lease.
     LeaseLost,
     /// No such job.

@@ -210,6 +210,11 @@ impl<P: Ports> Pipeline<P> {
                 self.metrics.inc(names::JOBS_NACKED);
                 JobOutcome::Retry(err.code().to_owned())
             }
+            // The server embedded the text itself: the job is done, by the backend.
+            Ok(NackResponse::Done) => {
+                self.metrics.inc(names::JOBS_NACKED);
+                JobOutcome::Done(ResultSource::Backend)
+            }
             Err(Error::LeaseLost(_)) => {
                 self.metrics.inc(names::LEASES_LOST);
                 JobOutcome::LeaseLost

@@ -1,6 +1,7 @@
 //! Queue rules shared by the job, dead-letter and event routes: id validation, the `jobs`
 //! event, telling a lost lease from a missing job, ([`claim`]) a claim's long poll and the jobs
-//! it hands out, ([`finish`]) the one path a result takes into the store, and ([`describe`])
+//! it hands out, ([`finish`]) the one path a result takes into the store, ([`fail`]) the one
+//! path a nack takes, and ([`describe`])
 //! what a result covers of its text when it is read.
 
 use ternflow_core::keys;
@@ -10,6 +11,7 @@ use crate::error::{Error, Result};
 
 pub(crate) mod claim;
 pub(crate) mod describe;
+pub(crate) mod fail;
 pub(crate) mod finish;
 use crate::tenants::Ctx;
 use ternflow_core::ErrorCode;

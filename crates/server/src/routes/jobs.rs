@@ -23,6 +23,7 @@ use crate::extract::{Json, Path};
 use crate::identity::{is_clean, Identity, DEFAULT_TENANT};
 use crate::queue::claim::claim_waiting;
 use crate::queue::describe::describe;
+use crate::queue::fail::fail;
 use crate::queue::finish::finish;
 use crate::queue::{lease_lost, lost_or_missing, publish_depth, publish_finished, valid_id};
 use crate::store::{JobRecord, PRIORITY_RANGE};
@@ -375,16 +376,18 @@ pub(crate) async fn release(
 
 pub(crate) async fn nack(
     state: Ctx,
+    caller: Option<Extension<Identity>>,
     Path(id): Path<String>,
     Json(req): Json<NackRequest>,
 ) -> Result<Json<NackResponse>> {
     valid_id(&id)?;
-    match nack_one(&state, &id, req).await? {
+    match fail(&state, caller.as_ref().map(|c| &c.0), &id, req).await? {
         NackItemOutcome::Retry { available_at } => Ok(Json(NackResponse::Retry { available_at })),
         NackItemOutcome::Dead => {
             publish_finished(&state, Vec::new(), vec![id.clone()]).await;
             Ok(Json(NackResponse::Dead))
         }
+        NackItemOutcome::Done => Ok(Json(NackResponse::Done)),
         NackItemOutcome::LeaseLost => Err(lease_lost(&state)),
         NackItemOutcome::Missing => Err(Error::no_job(&id)),
     }
@@ -394,6 +397,7 @@ pub(crate) async fn nack(
 /// the store commits them together) and answered on its own.
 pub(crate) async fn nack_batch(
     state: Ctx,
+    caller: Option<Extension<Identity>>,
     Json(req): Json<NackBatchRequest>,
 ) -> Result<Json<NackBatchResponse>> {
     if req.nacks.is_empty() {
@@ -409,9 +413,10 @@ pub(crate) async fn nack_batch(
         valid_id(&n.id)?;
     }
     let ids: Vec<String> = req.nacks.iter().map(|n| n.id.clone()).collect();
+    let caller = caller.as_ref().map(|c| &c.0);
     let outcomes = futures_util::future::try_join_all(req.nacks.into_iter().map(|n| {
         let state = &state;
-        async move { nack_one(state, &n.id, n.nack).await }
+        async move { fail(state, caller, &n.id, n.nack).await }
     }))
     .await?;
     let dead: Vec<String> = ids
@@ -435,38 +440,6 @@ pub(crate) async fn nack_batch(
             .map(|(id, outcome)| NackItemResult { id, outcome })
             .collect(),
     }))
-}
-
-/// One nack: its backoff from the attempt number, then the store's answer (counted).
-async fn nack_one(state: &Ctx, id: &str, req: NackRequest) -> Result<NackItemOutcome> {
-    let now = state.now();
-    let cfg = &state.config;
-    // The backoff depends on the attempt number, which the store knows; ask it first.
-    let attempt = match state.store.status(id).await? {
-        Some(s) => s.attempt,
-        None => return Ok(NackItemOutcome::Missing),
-    };
-    let retry_at = now + cfg.backoff_ms(attempt);
-    let error = crate::store::cap_error(req.error);
-    let Some(resp) = state
-        .store
-        .nack(id, &req.token, error, retry_at, cfg.max_attempts, now)
-        .await?
-    else {
-        return Ok(NackItemOutcome::LeaseLost);
-    };
-    state.metrics.add(|c| &c.jobs_nacked, 1);
-    tracing::info!(job = %id, outcome = ?resp, "nacked");
-    Ok(match resp {
-        NackResponse::Dead => {
-            state.metrics.add(|c| &c.jobs_dead, 1);
-            NackItemOutcome::Dead
-        }
-        NackResponse::Retry { available_at } => {
-            state.metrics.add(|c| &c.jobs_retried, 1);
-            NackItemOutcome::Retry { available_at }
-        }
-    })
 }
 
 /// Most ids in one `POST /v1/jobs/status`.

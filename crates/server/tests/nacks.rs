@@ -1,0 +1,293 @@
+//! A worker's nack is untrusted input (`crate::queue::fail`): a nack that would end a job the
+//! server can do is overruled by the server doing it; a nack sent as permanent for a model the
+//! server cannot run is retried; so one worker token cannot dead-letter a tenant's queue.
+
+mod common;
+
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use base64::Engine as _;
+use common::{tokens, Api, ADMIN, WORKER};
+use serde_json::{json, Value};
+use ternflow_core::protocol::Vector;
+use ternflow_server::integrity::Policy;
+use ternflow_server::jwt::{mint_hs256, Claims, Keys};
+use ternflow_server::{AppState, Config, Embedder, FakeClock, HashEmbedder, MemoryStore};
+
+const NOW_MS: u64 = 1_700_000_000_000;
+const SECRET: &[u8] = b"nack-secret-nack-secret-nack-sec";
+
+fn setup(cfg: Config) -> (AppState, Api, FakeClock) {
+    let clock = FakeClock::new(NOW_MS);
+    let keys = Keys::parse(&format!(
+        "k1:hs256:{}",
+        base64::engine::general_purpose::STANDARD.encode(SECRET)
+    ))
+    .unwrap();
+    let state = AppState::new(Arc::new(MemoryStore::new()), tokens(), cfg)
+        .with_clock(Arc::new(clock.clone()))
+        .with_keys(keys)
+        .with_tenant_stores(Arc::new(|_tenant| {
+            Box::pin(async { Ok(Arc::new(MemoryStore::new()) as Arc<dyn ternflow_server::Store>) })
+        }))
+        .with_embedder(Arc::new(HashEmbedder::default()));
+    let api = Api(ternflow_server::app(state.clone()));
+    (state, api, clock)
+}
+
+/// A visitor's worker token of tenant `acme`.
+fn visitor(sub: &str) -> String {
+    let now = NOW_MS / 1_000;
+    mint_hs256(
+        "k1",
+        SECRET,
+        &Claims {
+            role: "worker".into(),
+            tenant: "acme".into(),
+            exp: now + 600,
+            nbf: None,
+            iat: Some(now),
+            sub: Some(sub.into()),
+            claims_per_min: None,
+        },
+    )
+    .unwrap()
+}
+
+fn admin_of_acme() -> String {
+    let now = NOW_MS / 1_000;
+    mint_hs256(
+        "k1",
+        SECRET,
+        &Claims {
+            role: "admin".into(),
+            tenant: "acme".into(),
+            exp: now + 600,
+            nbf: None,
+            iat: Some(now),
+            sub: None,
+            claims_per_min: None,
+        },
+    )
+    .unwrap()
+}
+
+async fn enqueue_as(api: &Api, token: &str, jobs: Value) {
+    let r = api
+        .post(Some(token), "/v1/jobs", json!({ "jobs": jobs }))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+}
+
+async fn claim_as(api: &Api, token: &str, max: u32, model: Option<&str>) -> Vec<Value> {
+    let mut body = json!({"worker": "w1", "max": max});
+    if let Some(m) = model {
+        body["model_id"] = json!(m);
+    }
+    let r = api.post(Some(token), "/v1/jobs/claim", body).await;
+    assert_eq!(r.status, StatusCode::OK, "claim: {}", r.text);
+    r.json["jobs"].as_array().cloned().unwrap_or_default()
+}
+
+/// Nacks every job in `jobs` in one batch, permanent or not; the outcomes in order.
+async fn nack_all(api: &Api, token: &str, jobs: &[Value], retryable: bool) -> Vec<String> {
+    let nacks: Vec<Value> = jobs
+        .iter()
+        .map(|j| {
+            json!({"id": j["id"], "token": j["lease"]["token"],
+                   "error": {"code": "engine_failed", "message": "no", "retryable": retryable}})
+        })
+        .collect();
+    let r = api
+        .post(Some(token), "/v1/jobs/nack", json!({ "nacks": nacks }))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "nack: {}", r.text);
+    r.json["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["outcome"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn job_as(api: &Api, token: &str, id: &str) -> Value {
+    let r = api.get(Some(token), &format!("/v1/jobs/{id}")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    r.json
+}
+
+/// The attack this closes: a visitor's worker token claims the tenant's jobs and nacks them all
+/// as permanent. Before, every one went to the dead-letter queue in one request; now the server,
+/// which runs the jobs' model, embeds them itself, and the jobs are done, right, by the server.
+#[tokio::test]
+async fn a_permanent_nack_of_the_servers_model_is_done_by_the_server() {
+    let (state, api, _clock) = setup(Config::default());
+    let admin = admin_of_acme();
+    let texts = ["alpha beta", "gamma delta", "epsilon"];
+    let jobs: Vec<Value> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| json!({"id": format!("j{i}"), "text": t}))
+        .collect();
+    enqueue_as(&api, &admin, json!(jobs)).await;
+    let mallory = visitor("mallory");
+    let claimed = claim_as(&api, &mallory, 16, None).await;
+    assert_eq!(claimed.len(), 3);
+    assert_eq!(nack_all(&api, &mallory, &claimed, false).await, ["done"; 3]);
+    for (i, text) in texts.iter().enumerate() {
+        let j = job_as(&api, &admin, &format!("j{i}")).await;
+        assert_eq!(j["state"], "done", "{j}");
+        let v: Vector = serde_json::from_value(j["result"]["vector"].clone()).unwrap();
+        let want = HashEmbedder::default()
+            .embed_batch(&[(*text).to_owned()])
+            .unwrap()
+            .remove(0);
+        assert_eq!(v.0, want, "the server's own vector");
+        assert_eq!(j["result"]["source"], "backend");
+        assert_eq!(j["result"]["by"]["sub"], "server", "{j}");
+        assert_eq!(j["result"]["by"]["verified"], true);
+    }
+    let dlq = api.get(Some(&admin), "/v1/dlq").await;
+    assert_eq!(
+        dlq.json["entries"].as_array().unwrap().len(),
+        0,
+        "{}",
+        dlq.text
+    );
+    assert_eq!(state.metrics().counter_value("jobs_dead"), 0);
+}
+
+/// An honest worker that keeps failing a job: on its last attempt the server does the job
+/// rather than dead-letter what it can embed (the backend fallback, decided by the server).
+#[tokio::test]
+async fn the_last_failed_attempt_of_the_servers_model_is_done_by_the_server() {
+    let (_state, api, clock) = setup(Config::default());
+    let admin = admin_of_acme();
+    enqueue_as(
+        &api,
+        &admin,
+        json!([{"id": "hard", "text": "a text browsers fail on"}]),
+    )
+    .await;
+    let w = visitor("honest");
+    let max = Config::default().max_attempts;
+    for attempt in 1..=max {
+        clock.advance(120_000); // past the retry backoff
+        let job = claim_as(&api, &w, 1, None).await;
+        assert_eq!(job.len(), 1, "attempt {attempt}");
+        let got = nack_all(&api, &w, &job, true).await;
+        let want = if attempt < max { "retry" } else { "done" };
+        assert_eq!(got, [want], "attempt {attempt}");
+    }
+    let j = job_as(&api, &admin, "hard").await;
+    assert_eq!(j["state"], "done", "{j}");
+    assert_eq!(j["result"]["by"]["sub"], "server");
+}
+
+/// For a model the server cannot run, a worker's "permanent" is not believed: the job is
+/// retried, and dead-lettered only after its attempts, with the history of each.
+#[tokio::test]
+async fn a_permanent_nack_of_a_foreign_model_is_retried_until_the_attempts_run_out() {
+    let (state, api, clock) = setup(Config::default());
+    let admin = admin_of_acme();
+    let foreign = "feedfacefeedface";
+    enqueue_as(
+        &api,
+        &admin,
+        json!([{"id": "f1", "text": "foreign", "model_id": foreign}]),
+    )
+    .await;
+    let w = visitor("mallory");
+    let max = Config::default().max_attempts;
+    for attempt in 1..=max {
+        clock.advance(120_000);
+        let job = claim_as(&api, &w, 1, Some(foreign)).await;
+        assert_eq!(job.len(), 1, "attempt {attempt}");
+        let got = nack_all(&api, &w, &job, false).await;
+        let want = if attempt < max { "retry" } else { "dead" };
+        assert_eq!(got, [want], "attempt {attempt}");
+    }
+    let j = job_as(&api, &admin, "f1").await;
+    assert_eq!(j["state"], "dead", "{j}");
+    assert_eq!(j["history"].as_array().unwrap().len() as u32, max, "{j}");
+    assert_eq!(
+        state.metrics().counter_value("nacks_overruled"),
+        u64::from(max),
+        "each permanent nack was taken as retryable; the attempts, not the word, ended the job"
+    );
+}
+
+/// A tenant whose workers are trusted (verification off) keeps the old rule: a permanent nack
+/// dead-letters the job at once.
+#[tokio::test]
+async fn with_verification_off_a_permanent_nack_dead_letters_at_once() {
+    let cfg = Config {
+        verify: Policy {
+            enabled: false,
+            ..Policy::default()
+        },
+        ..Config::default()
+    };
+    let (_state, api, _clock) = setup(cfg);
+    let r = api
+        .enqueue(json!({"jobs": [{"id": "p1", "text": "poison"}]}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let job = claim_as(&api, WORKER, 1, None).await;
+    assert_eq!(nack_all(&api, WORKER, &job, false).await, ["dead"]);
+    assert_eq!(job_as(&api, ADMIN, "p1").await["state"], "dead");
+}
+
+/// When the server may not spend on the job now (the visitor's embed budget is spent), the job
+/// stays alive: retried, not dead, so an exhausted budget never turns into lost work.
+#[tokio::test]
+async fn a_failed_job_the_budget_cannot_pay_for_stays_alive() {
+    let cfg = Config {
+        embed_tokens_per_min: 1, // less than any text costs
+        ..Config::default()
+    };
+    let (state, api, clock) = setup(cfg);
+    let admin = admin_of_acme();
+    enqueue_as(
+        &api,
+        &admin,
+        json!([{"id": "b1", "text": "costs more than one unit"}]),
+    )
+    .await;
+    let w = visitor("mallory");
+    let max = Config::default().max_attempts;
+    for attempt in 1..=max + 2 {
+        clock.advance(61_000); // past the longest retry backoff, within the token's lifetime
+        let job = claim_as(&api, &w, 1, None).await;
+        assert_eq!(job.len(), 1, "attempt {attempt}");
+        assert_eq!(
+            nack_all(&api, &w, &job, false).await,
+            ["retry"],
+            "attempt {attempt}"
+        );
+    }
+    assert_eq!(job_as(&api, &admin, "b1").await["state"], "queued");
+    assert_eq!(state.metrics().counter_value("jobs_dead"), 0);
+}
+
+/// The single-job nack route answers `done` too.
+#[tokio::test]
+async fn the_single_nack_answers_done() {
+    let (_state, api, _clock) = setup(Config::default());
+    let admin = admin_of_acme();
+    enqueue_as(&api, &admin, json!([{"id": "s1", "text": "single"}])).await;
+    let w = visitor("mallory");
+    let job = claim_as(&api, &w, 1, None).await.remove(0);
+    let r = api
+        .post(
+            Some(&w),
+            "/v1/jobs/s1/nack",
+            json!({"token": job["lease"]["token"],
+                   "error": {"code": "x", "message": "", "retryable": false}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["outcome"], "done");
+    assert_eq!(job_as(&api, &admin, "s1").await["state"], "done");
+}
