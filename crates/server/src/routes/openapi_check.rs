@@ -2,7 +2,8 @@
 //! than a derive can), so this test derives every component's schema from the Rust type that
 //! serde reads or writes (schemars, honouring the serde attributes) and compares the two field by
 //! field: the same property names, the same required set, the same kind of value per property
-//! (string, integer, number, boolean, an array or map of what, a reference to which component).
+//! (string, integer, number, boolean, an array or map of what, a reference to which component),
+//! and for a string with a closed set of values (an enum, a tagged enum's tag) the same set.
 //!
 //! Required follows the direction a component travels: in a request body a field is required
 //! when serde refuses a body without it; in a response, when serde always writes it; a component
@@ -219,7 +220,22 @@ impl<'a> Side<'a> {
             let mut common: Option<BTreeSet<String>> = None;
             for part in parts.iter().filter(|p| !is_null(p)) {
                 let (p, r) = s.at(part).fields();
-                props.extend(p);
+                for (name, schema) in p {
+                    // A tag: each variant allows its own value; the field allows them all.
+                    let both = props
+                        .get(&name)
+                        .and_then(string_values)
+                        .zip(string_values(&schema));
+                    match both {
+                        Some((mut all, more)) if key != "allOf" => {
+                            all.extend(more);
+                            props.insert(name, serde_json::json!({"type": "string", "enum": all}));
+                        }
+                        _ => {
+                            props.insert(name, schema);
+                        }
+                    }
+                }
                 if key == "allOf" {
                     req.extend(r);
                 } else {
@@ -251,6 +267,31 @@ fn is_null(s: &Value) -> bool {
         || s.get("const").is_some_and(Value::is_null)
         || s.as_object()
             .is_some_and(|m| m.keys().all(|k| k == "nullable"))
+}
+
+/// The closed set of strings a schema allows (`enum`, `const`, or a `oneOf` / `anyOf` of
+/// those; `null` left out), if it is one.
+fn string_values(s: &Value) -> Option<BTreeSet<String>> {
+    let of = |v: &Value| -> Option<BTreeSet<String>> {
+        if let Some(c) = v.get("const").and_then(Value::as_str) {
+            return Some(BTreeSet::from([c.to_owned()]));
+        }
+        v.get("enum")?
+            .as_array()?
+            .iter()
+            .filter(|x| !x.is_null())
+            .map(|x| x.as_str().map(str::to_owned))
+            .collect()
+    };
+    if let Some(set) = of(s) {
+        return Some(set);
+    }
+    let parts = s.get("oneOf").or_else(|| s.get("anyOf"))?.as_array()?;
+    let mut all = BTreeSet::new();
+    for p in parts.iter().filter(|p| !is_null(p)) {
+        all.extend(of(p)?);
+    }
+    Some(all)
 }
 
 fn is_string_enum(s: &Value) -> bool {
@@ -359,6 +400,15 @@ fn compare(path: &str, rust: Rust, doc: Side, dir: Direction, out: &mut Vec<Stri
                 dir,
                 out,
             );
+        }
+        // A closed set of values (an enum, a tag) must be the same set on both sides.
+        "string" => {
+            let values = |s: Side<'_>| string_values(s.resolved().schema);
+            if let (Some(r), Some(d)) = (values(rust.de), values(doc)) {
+                if r != d {
+                    out.push(format!("{path}: serde allows {r:?}, the document {d:?}"));
+                }
+            }
         }
         _ => {}
     }
@@ -507,4 +557,50 @@ fn openapi_components_match_the_serde_types() {
         "openapi.json vs serde:\n{}",
         diffs.join("\n")
     );
+}
+
+/// The check sees a tag value serde writes that the document does not list (how the nack's
+/// `done` outcome would have gone undocumented), on a schema derived the way the real ones are.
+#[test]
+fn a_missing_enum_value_is_a_difference() {
+    let mut de = SchemaSettings::openapi3()
+        .for_deserialize()
+        .into_generator();
+    let mut ser = SchemaSettings::openapi3().for_serialize().into_generator();
+    let (d, s) = (
+        de.root_schema_for::<p::NackResponse>().to_value(),
+        ser.root_schema_for::<p::NackResponse>().to_value(),
+    );
+    let no_defs = Defs::new();
+    let rust = Rust {
+        de: Side {
+            schema: &d,
+            defs: &no_defs,
+        },
+        ser: Side {
+            schema: &s,
+            defs: &no_defs,
+        },
+    };
+    let doc = |values: &[&str]| {
+        serde_json::json!({"type": "object", "required": ["outcome"], "properties": {
+            "outcome": {"type": "string", "enum": values},
+            "available_at": {"type": "integer"}}})
+    };
+    let check = |doc: &Value| {
+        let mut out = Vec::new();
+        let side = Side {
+            schema: doc,
+            defs: &no_defs,
+        };
+        compare_fields("NackResponse", rust, side, Direction::Response, &mut out);
+        out
+    };
+    assert_eq!(
+        check(&doc(&["retry", "dead", "done"])),
+        Vec::<String>::new()
+    );
+    let diffs = check(&doc(&["retry", "dead"]));
+    assert_eq!(diffs.len(), 1, "{diffs:?}");
+    assert!(diffs[0].contains("NackResponse.outcome"), "{diffs:?}");
 }
