@@ -240,7 +240,9 @@ async fn with_verification_off_a_permanent_nack_dead_letters_at_once() {
 }
 
 /// When the server may not spend on the job now (the visitor's embed budget is spent), the job
-/// stays alive: retried, not dead, so an exhausted budget never turns into lost work.
+/// stays alive: retried, not dead, so an exhausted budget never turns into lost work. Past its
+/// attempts the claim hands it to the server (a claim charges no token: it is bounded by the
+/// engine's queue, and by one embedding per job).
 #[tokio::test]
 async fn a_failed_job_the_budget_cannot_pay_for_stays_alive() {
     let cfg = Config {
@@ -257,7 +259,7 @@ async fn a_failed_job_the_budget_cannot_pay_for_stays_alive() {
     .await;
     let w = visitor("mallory");
     let max = Config::default().max_attempts;
-    for attempt in 1..=max + 2 {
+    for attempt in 1..=max {
         clock.advance(61_000); // past the longest retry backoff, within the token's lifetime
         let job = claim_as(&api, &w, 1, None).await;
         assert_eq!(job.len(), 1, "attempt {attempt}");
@@ -266,8 +268,13 @@ async fn a_failed_job_the_budget_cannot_pay_for_stays_alive() {
             ["retry"],
             "attempt {attempt}"
         );
+        assert_eq!(job_as(&api, &admin, "b1").await["state"], "queued");
     }
-    assert_eq!(job_as(&api, &admin, "b1").await["state"], "queued");
+    clock.advance(61_000);
+    assert!(claim_as(&api, &w, 1, None).await.is_empty());
+    let j = job_as(&api, &admin, "b1").await;
+    assert_eq!(j["state"], "done", "{j}");
+    assert_eq!(j["result"]["by"]["sub"], "server");
     assert_eq!(state.metrics().counter_value("jobs_dead"), 0);
 }
 
@@ -290,4 +297,68 @@ async fn the_single_nack_answers_done() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.json["outcome"], "done");
     assert_eq!(job_as(&api, &admin, "s1").await["state"], "done");
+}
+
+/// A worker that claims and never answers spends a job's attempts by expiry. When the last
+/// allowed lease of a job of the server's model expires, the next claim does not dead-letter it:
+/// the server embeds it, and that claim hands out nothing.
+#[tokio::test]
+async fn a_job_whose_last_lease_expires_is_done_by_the_server() {
+    let (state, api, clock) = setup(Config::default());
+    let admin = admin_of_acme();
+    enqueue_as(
+        &api,
+        &admin,
+        json!([{"id": "e1", "text": "claimed and dropped"}]),
+    )
+    .await;
+    let w = visitor("mallory");
+    let cfg = Config::default();
+    for attempt in 1..=cfg.max_attempts {
+        let job = claim_as(&api, &w, 1, None).await;
+        assert_eq!(job.len(), 1, "attempt {attempt}");
+        assert_eq!(job[0]["attempt"], attempt);
+        clock.advance(cfg.lease_ms + 1); // never answered: the lease expires
+    }
+    assert!(claim_as(&api, &w, 1, None).await.is_empty());
+    let j = job_as(&api, &admin, "e1").await;
+    assert_eq!(j["state"], "done", "{j}");
+    assert_eq!(j["result"]["by"]["sub"], "server");
+    assert_eq!(j["result"]["source"], "backend");
+    assert_eq!(state.metrics().counter_value("jobs_dead"), 0);
+    assert_eq!(state.metrics().counter_value("jobs_done_by_server"), 1);
+}
+
+/// For a model the server cannot run, a job whose last allowed lease expired is dead-lettered
+/// by the next claim, as before: `lease_expired`, each delivery in its history.
+#[tokio::test]
+async fn a_foreign_job_whose_last_lease_expires_is_dead_lettered() {
+    let (state, api, clock) = setup(Config::default());
+    let admin = admin_of_acme();
+    let foreign = "feedfacefeedface";
+    enqueue_as(
+        &api,
+        &admin,
+        json!([{"id": "e2", "text": "foreign", "model_id": foreign}]),
+    )
+    .await;
+    let w = visitor("mallory");
+    let cfg = Config::default();
+    for attempt in 1..=cfg.max_attempts {
+        let job = claim_as(&api, &w, 1, Some(foreign)).await;
+        assert_eq!(job.len(), 1, "attempt {attempt}");
+        clock.advance(cfg.lease_ms + 1);
+    }
+    assert!(claim_as(&api, &w, 1, Some(foreign)).await.is_empty());
+    let j = job_as(&api, &admin, "e2").await;
+    assert_eq!(j["state"], "dead", "{j}");
+    assert_eq!(j["error"]["code"], "lease_expired", "{j}");
+    let history = j["history"].as_array().unwrap();
+    assert!(
+        history
+            .iter()
+            .all(|h| h["error"]["code"] == "lease_expired"),
+        "{j}"
+    );
+    assert_eq!(state.metrics().counter_value("jobs_dead"), 1);
 }

@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use ternflow_core::protocol::ClaimedJob;
 
+use super::fail::past_their_attempts;
 use super::finish::resolve_cached;
 use super::{publish_depth, publish_finished};
 use crate::error::{Error, Result};
+use crate::integrity::verifier;
 use crate::tenants::Ctx;
 
 /// How often a long-poll re-checks for due delayed jobs and expired leases.
@@ -39,16 +41,21 @@ pub(crate) async fn claim_waiting(
         // Register interest before looking, so an enqueue in between still wakes us.
         let notified = state.hub.work_available();
         let now = state.now();
-        let claimed = state
+        // With verification on, the server decides what becomes of a job whose last allowed
+        // lease expired (`fail::past_their_attempts`), so the store is told no limit.
+        let checked = verifier::policy(state).enabled;
+        let limit = if checked {
+            u32::MAX
+        } else {
+            state.config.max_attempts
+        };
+        let mut claimed = state
             .store
-            .claim(
-                worker,
-                max,
-                state.config.lease_ms,
-                state.config.max_attempts,
-                now,
-            )
+            .claim(worker, max, state.config.lease_ms, limit, now)
             .await?;
+        if checked {
+            past_their_attempts(state, &mut claimed.jobs, now).await?;
+        }
         let m = &state.metrics;
         m.add(|c| &c.leases_expired, claimed.expired.len() as u64);
         m.add(|c| &c.jobs_dead, claimed.dead.len() as u64);

@@ -11,6 +11,10 @@
 //!   to the dead-letter queue after its attempts like any failing job. One token cannot send a
 //!   tenant's queue to the dead-letter queue in a request.
 //!
+//! A lease that expires is a failure no worker reports; the claim applies the same rule to a
+//! job whose last allowed lease expired (`super::claim`, [`past_their_attempts`]), charging no
+//! token (at most one embedding per job; bounded by the engine's queue).
+//!
 //! With verification off for the tenant (`--verify-tenants … "enabled": false`) its workers'
 //! word is taken as it comes, as before.
 
@@ -27,7 +31,7 @@ use crate::store::{AckInput, AckOutcome};
 use crate::tenants::Ctx;
 
 /// What the server's own attempt at a job came to.
-enum Attempt {
+pub(crate) enum Attempt {
     /// Done and stored.
     Done,
     /// The worker's lease was lost meanwhile (another worker holds it, or it was acked).
@@ -63,7 +67,7 @@ pub(crate) async fn fail(
     if verifier::policy(state).enabled && (!error.retryable || attempt >= max_attempts) {
         match job_model(state, id).await? {
             Some((text, model)) if verifier::runs(state, &model) => {
-                match embed_it(state, caller, id, &req.token, text, model, now).await? {
+                match done_by_server(state, caller, id, &req.token, text, model, now).await? {
                     Attempt::Done => return Ok(NackItemOutcome::Done),
                     Attempt::LeaseLost => return Ok(NackItemOutcome::LeaseLost),
                     Attempt::Missing => return Ok(NackItemOutcome::Missing),
@@ -115,7 +119,7 @@ pub(crate) async fn fail(
 
 /// The job's text and the model its result must be of (a job enqueued without one takes the
 /// server's, as a claim would give it); `None` for an unknown job.
-async fn job_model(state: &Ctx, id: &str) -> Result<Option<(String, String)>> {
+pub(crate) async fn job_model(state: &Ctx, id: &str) -> Result<Option<(String, String)>> {
     let input = state
         .store
         .job_inputs(&[id.to_owned()])
@@ -137,9 +141,9 @@ async fn job_model(state: &Ctx, id: &str) -> Result<Option<(String, String)>> {
 }
 
 /// The server embeds job `id`'s `text` with its own `model` (paid from the caller's and the
-/// tenant's embed budgets, as `POST /v1/embed` would be) and stores the result under the
-/// nacking worker's lease `token`.
-async fn embed_it(
+/// tenant's embed budgets, as `POST /v1/embed` would be, when there is a caller) and stores
+/// the result under the lease `token` (the nacking worker's, or the claim's).
+pub(crate) async fn done_by_server(
     state: &Ctx,
     caller: Option<&Identity>,
     id: &str,
@@ -205,4 +209,67 @@ async fn embed_it(
             Attempt::Failed(format!("the job is of model {expected}"))
         }
     })
+}
+
+/// Jobs of `jobs` a claim delivered past their attempts: the store re-delivers an expired job
+/// however many times it was delivered when verification is on (it is told no limit), and the
+/// server decides here what the store would have: a job of the server's model whose last
+/// allowed lease expired is embedded by the server under the new lease and taken out of the
+/// claim; any other (or one the server's engine fails on) is dead-lettered with
+/// `lease_expired`, as the store did. One the server cannot pay for now is handed out.
+///
+/// # Errors
+/// The store's.
+pub(crate) async fn past_their_attempts(
+    state: &Ctx,
+    jobs: &mut Vec<ternflow_core::protocol::ClaimedJob>,
+    now: u64,
+) -> Result<()> {
+    let max = state.config.max_attempts;
+    if jobs.iter().all(|j| j.attempt <= max) {
+        return Ok(());
+    }
+    let (late, keep): (Vec<_>, Vec<_>) = std::mem::take(jobs)
+        .into_iter()
+        .partition(|j| j.attempt > max);
+    *jobs = keep;
+    let mut dead = Vec::new();
+    for j in late {
+        let why = match job_model(state, &j.id).await? {
+            Some((text, model)) if verifier::runs(state, &model) => {
+                match done_by_server(state, None, &j.id, &j.lease.token, text, model, now).await? {
+                    Attempt::Done | Attempt::LeaseLost | Attempt::Missing => continue,
+                    Attempt::Deferred => {
+                        jobs.push(j);
+                        continue;
+                    }
+                    Attempt::Failed(why) => format!(" (the server failed too: {why})"),
+                }
+            }
+            Some(_) => String::new(),
+            None => continue,
+        };
+        let error = ternflow_core::protocol::JobError {
+            code: "lease_expired".to_owned(),
+            message: format!("its last allowed lease (attempt {max}) expired{why}"),
+            retryable: false,
+        };
+        let answer = state
+            .store
+            .nack(
+                &j.id,
+                &j.lease.token,
+                crate::store::cap_error(error),
+                now,
+                max,
+                now,
+            )
+            .await?;
+        if matches!(answer, Some(NackResponse::Dead)) {
+            state.metrics.add(|c| &c.jobs_dead, 1);
+            dead.push(j.id);
+        }
+    }
+    publish_finished(state, Vec::new(), dead).await;
+    Ok(())
 }
