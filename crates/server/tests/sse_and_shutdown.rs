@@ -165,7 +165,7 @@ async fn sse_resumes_from_last_event_id() {
         .unwrap();
     assert_eq!(r.status(), 201);
     http.delete(format!("{b}/v1/cache/{key}"))
-        .bearer_auth(WORKER)
+        .bearer_auth(ADMIN)
         .send()
         .await
         .unwrap();

@@ -160,9 +160,24 @@ pub(crate) async fn put(
     }
 }
 
-pub(crate) async fn delete(state: Ctx, Path(key): Path<String>) -> Result<StatusCode> {
+/// `DELETE /v1/cache/{key}`: an operator's act (admin). A worker never needs it, and a
+/// visitor's worker token could otherwise delete its tenant's entries and, through the
+/// `invalidate` event each delete sends, make every visitor's browser drop its copies.
+pub(crate) async fn delete(
+    state: Ctx,
+    caller: Option<Extension<Identity>>,
+    Path(key): Path<String>,
+) -> Result<StatusCode> {
+    if let Some(Extension(c)) = &caller {
+        if c.role != Role::Admin {
+            return Err(Error::Forbidden(
+                "deleting a cache entry needs the admin role".to_owned(),
+            ));
+        }
+    }
     valid_id(&key)?;
     if state.store.cache_delete(&key).await? {
+        tracing::info!(key = ?key, by = ?caller.as_ref().map(|c| c.sub.clone()), "cache entry deleted");
         invalidate(&state, key).await;
         Ok(StatusCode::NO_CONTENT)
     } else {

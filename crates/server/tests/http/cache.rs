@@ -116,9 +116,15 @@ async fn cache_fences_and_invalidation() {
         .put(Some(WORKER), &format!("/v1/cache/{key}"), put(fresh))
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    // A worker may not delete entries (a visitor could wipe the tenant's cache and, through
+    // the `invalidate` events, every browser's copies); an admin may.
     let r = api.delete(Some(WORKER), &format!("/v1/cache/{key}")).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+    let r = api.get(Some(WORKER), &format!("/v1/cache/{key}")).await;
+    assert_eq!(r.status, StatusCode::OK, "still there");
+    let r = api.delete(Some(ADMIN), &format!("/v1/cache/{key}")).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
-    let r = api.delete(Some(WORKER), &format!("/v1/cache/{key}")).await;
+    let r = api.delete(Some(ADMIN), &format!("/v1/cache/{key}")).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
 
