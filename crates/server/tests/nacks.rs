@@ -36,41 +36,40 @@ fn setup(cfg: Config) -> (AppState, Api, FakeClock) {
     (state, api, clock)
 }
 
+/// A signed token of tenant `acme` with `role` and `sub`.
+fn mint(role: &str, sub: Option<&str>) -> String {
+    let now = NOW_MS / 1_000;
+    let claims = Claims {
+        role: role.into(),
+        tenant: "acme".into(),
+        exp: now + 600,
+        nbf: None,
+        iat: Some(now),
+        sub: sub.map(Into::into),
+        claims_per_min: None,
+    };
+    mint_hs256("k1", SECRET, &claims).unwrap()
+}
+
 /// A visitor's worker token of tenant `acme`.
 fn visitor(sub: &str) -> String {
-    let now = NOW_MS / 1_000;
-    mint_hs256(
-        "k1",
-        SECRET,
-        &Claims {
-            role: "worker".into(),
-            tenant: "acme".into(),
-            exp: now + 600,
-            nbf: None,
-            iat: Some(now),
-            sub: Some(sub.into()),
-            claims_per_min: None,
-        },
-    )
-    .unwrap()
+    mint("worker", Some(sub))
 }
 
 fn admin_of_acme() -> String {
-    let now = NOW_MS / 1_000;
-    mint_hs256(
-        "k1",
-        SECRET,
-        &Claims {
-            role: "admin".into(),
-            tenant: "acme".into(),
-            exp: now + 600,
-            nbf: None,
-            iat: Some(now),
-            sub: None,
-            claims_per_min: None,
-        },
+    mint("admin", None)
+}
+
+const FOREIGN: &str = "feedfacefeedface";
+
+/// Enqueues job `id` of a model the server does not run, as acme's admin.
+async fn enqueue_foreign(api: &Api, admin: &str, id: &str) {
+    enqueue_as(
+        api,
+        admin,
+        json!([{"id": id, "text": "foreign", "model_id": FOREIGN}]),
     )
-    .unwrap()
+    .await;
 }
 
 async fn enqueue_as(api: &Api, token: &str, jobs: Value) {
@@ -191,18 +190,12 @@ async fn the_last_failed_attempt_of_the_servers_model_is_done_by_the_server() {
 async fn a_permanent_nack_of_a_foreign_model_is_retried_until_the_attempts_run_out() {
     let (state, api, clock) = setup(Config::default());
     let admin = admin_of_acme();
-    let foreign = "feedfacefeedface";
-    enqueue_as(
-        &api,
-        &admin,
-        json!([{"id": "f1", "text": "foreign", "model_id": foreign}]),
-    )
-    .await;
+    enqueue_foreign(&api, &admin, "f1").await;
     let w = visitor("mallory");
     let max = Config::default().max_attempts;
     for attempt in 1..=max {
         clock.advance(120_000);
-        let job = claim_as(&api, &w, 1, Some(foreign)).await;
+        let job = claim_as(&api, &w, 1, Some(FOREIGN)).await;
         assert_eq!(job.len(), 1, "attempt {attempt}");
         let got = nack_all(&api, &w, &job, false).await;
         let want = if attempt < max { "retry" } else { "dead" };
@@ -335,21 +328,15 @@ async fn a_job_whose_last_lease_expires_is_done_by_the_server() {
 async fn a_foreign_job_whose_last_lease_expires_is_dead_lettered() {
     let (state, api, clock) = setup(Config::default());
     let admin = admin_of_acme();
-    let foreign = "feedfacefeedface";
-    enqueue_as(
-        &api,
-        &admin,
-        json!([{"id": "e2", "text": "foreign", "model_id": foreign}]),
-    )
-    .await;
+    enqueue_foreign(&api, &admin, "e2").await;
     let w = visitor("mallory");
     let cfg = Config::default();
     for attempt in 1..=cfg.max_attempts {
-        let job = claim_as(&api, &w, 1, Some(foreign)).await;
+        let job = claim_as(&api, &w, 1, Some(FOREIGN)).await;
         assert_eq!(job.len(), 1, "attempt {attempt}");
         clock.advance(cfg.lease_ms + 1);
     }
-    assert!(claim_as(&api, &w, 1, Some(foreign)).await.is_empty());
+    assert!(claim_as(&api, &w, 1, Some(FOREIGN)).await.is_empty());
     let j = job_as(&api, &admin, "e2").await;
     assert_eq!(j["state"], "dead", "{j}");
     assert_eq!(j["error"]["code"], "lease_expired", "{j}");
