@@ -52,11 +52,6 @@
 # realq15 (2026-12-05, from realq14's end: its student_final.npz packed to $TERN_WORK/realq14/ternlight-int4.bin
 # with train/pack.py, since the excursion's best by dev may be its first evaluation, stage 15 itself):
 #   RUN=realq15 INIT=$TERN_WORK/realq14/ternlight-int4.bin BUDGET=60 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=1e-4 NEAR=1 EMA=0.999 CORR=1 SEED=15 TERN_WORK=… DETACH=1 bash train/run_realq.sh
-# (realq15 made stage 16 from its step 1 400; stopped at step 1 940, flat since step 1 000.)
-# realq16 (2026-12-05 evening, from stage 16; spans sessions, rerun the same command to resume): the
-# cycle's high-rate half once more (stage 16 copied to $TERN_WORK/stage16.bin, so a later default
-# does not change what a resumed run started from):
-#   RUN=realq16 INIT=$TERN_WORK/stage16.bin BUDGET=140 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=5e-4 NEAR=1 EMA=0.999 CORR=1 SEED=16 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # (The body is one function called on the last line: bash reads a running script as it goes, and
 # a function is read whole before it runs, so editing this file while a run is under way is safe.)
 main() {
@@ -99,3 +94,13 @@ $PY train/distil.py --init "${INIT:-models/ternlight-int4.bin}" --run "$RUN" --r
 echo "$(date -u '+%F %T') run_realq.sh: done"
 }
 main "$@"
+# realq15 made stage 16 from its step 1 400; stopped at step 1 940, flat since step 1 000.
+# realq16 (2026-12-05 evening, from stage 16; spans sessions, rerun the same command to resume): the
+# cycle's high-rate half once more (stage 16 copied to $TERN_WORK/stage16.bin, so a later default
+# does not change what a resumed run started from):
+#   RUN=realq16 INIT=$TERN_WORK/stage16.bin BUDGET=140 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=5e-4 NEAR=1 EMA=0.999 CORR=1 SEED=16 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# Correction: a function alone does not make this file safe to edit while it runs: after main
+# returns, bash reads on from where the call line ended, so an edit above shifts what it reads.
+# These lines are appended for that reason (realq16 runs). When no run_realq.sh runs, make the
+# call line `main "$@"; exit` (bash reads a whole line before running it, so nothing after is
+# read) and move realq16's command to the header.
