@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use axum::http::StatusCode;
@@ -18,7 +19,27 @@ use ternflow_server::{AppState, Config, Embedder, FakeClock, HashEmbedder, Memor
 const NOW_MS: u64 = 1_700_000_000_000;
 const SECRET: &[u8] = b"nack-secret-nack-secret-nack-sec";
 
+/// The hash embedder, counting the texts it is asked to embed (what the server spends).
+struct Counting(HashEmbedder, Arc<AtomicUsize>);
+
+impl Embedder for Counting {
+    fn model_id(&self) -> String {
+        self.0.model_id()
+    }
+
+    fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, String> {
+        self.1.fetch_add(texts.len(), Ordering::SeqCst);
+        self.0.embed_batch(texts)
+    }
+}
+
 fn setup(cfg: Config) -> (AppState, Api, FakeClock) {
+    setup_counting(cfg).0
+}
+
+/// [`setup`], and how many texts the server's engine has embedded so far.
+fn setup_counting(cfg: Config) -> ((AppState, Api, FakeClock), Arc<AtomicUsize>) {
+    let embedded = Arc::new(AtomicUsize::new(0));
     let clock = FakeClock::new(NOW_MS);
     let keys = Keys::parse(&format!(
         "k1:hs256:{}",
@@ -31,9 +52,12 @@ fn setup(cfg: Config) -> (AppState, Api, FakeClock) {
         .with_tenant_stores(Arc::new(|_tenant| {
             Box::pin(async { Ok(Arc::new(MemoryStore::new()) as Arc<dyn ternflow_server::Store>) })
         }))
-        .with_embedder(Arc::new(HashEmbedder::default()));
+        .with_embedder(Arc::new(Counting(
+            HashEmbedder::default(),
+            embedded.clone(),
+        )));
     let api = Api(ternflow_server::app(state.clone()));
-    (state, api, clock)
+    ((state, api, clock), embedded)
 }
 
 /// A signed token of tenant `acme` with `role` and `sub`.
@@ -348,4 +372,35 @@ async fn a_foreign_job_whose_last_lease_expires_is_dead_lettered() {
         "{j}"
     );
     assert_eq!(state.metrics().counter_value("jobs_dead"), 1);
+}
+
+/// A nack under a token that does not hold the lease costs the server nothing: it is refused
+/// (`lease_lost`) before the server embeds anything, and the job stays with its holder.
+#[tokio::test]
+async fn a_nack_without_the_lease_is_refused_before_the_server_spends() {
+    let ((state, api, _clock), embedded) = setup_counting(Config::default());
+    let admin = admin_of_acme();
+    enqueue_as(
+        &api,
+        &admin,
+        json!([{"id": "l1", "text": "held by another"}]),
+    )
+    .await;
+    let holder = visitor("honest");
+    let job = claim_as(&api, &holder, 1, None).await;
+    assert_eq!(job.len(), 1);
+    let mut forged = job.clone();
+    forged[0]["lease"]["token"] = json!("00000000000000000000000000000000");
+    let mallory = visitor("mallory");
+    assert_eq!(
+        nack_all(&api, &mallory, &forged, false).await,
+        ["lease_lost"]
+    );
+    assert_eq!(
+        embedded.load(Ordering::SeqCst),
+        0,
+        "the server embedded nothing"
+    );
+    assert_eq!(state.metrics().counter_value("jobs_done_by_server"), 0);
+    assert_eq!(job_as(&api, &admin, "l1").await["state"], "leased");
 }

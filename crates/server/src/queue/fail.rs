@@ -67,6 +67,16 @@ pub(crate) async fn fail(
     if verifier::policy(state).enabled && (!error.retryable || attempt >= max_attempts) {
         match job_model(state, id).await? {
             Some((text, model)) if verifier::runs(state, &model) => {
+                // The sender must hold the lease before the server spends on the job (a
+                // heartbeat: it checks the token and keeps the lease while the server embeds).
+                if state
+                    .store
+                    .heartbeat(id, &req.token, cfg.lease_ms, now)
+                    .await?
+                    .is_none()
+                {
+                    return Ok(NackItemOutcome::LeaseLost);
+                }
                 match done_by_server(state, caller, id, &req.token, text, model, now).await? {
                     Attempt::Done => return Ok(NackItemOutcome::Done),
                     Attempt::LeaseLost => return Ok(NackItemOutcome::LeaseLost),
