@@ -19,7 +19,8 @@ use ternflow_server::{AppState, Config, Embedder, FakeClock, HashEmbedder, Memor
 const NOW_MS: u64 = 1_700_000_000_000;
 const SECRET: &[u8] = b"nack-secret-nack-secret-nack-sec";
 
-/// The hash embedder, counting the texts it is asked to embed (what the server spends).
+/// The hash embedder, counting the texts it is asked to embed (what the server spends), and
+/// failing on any text that starts with `poison` (an engine that cannot embed a text).
 struct Counting(HashEmbedder, Arc<AtomicUsize>);
 
 impl Embedder for Counting {
@@ -29,6 +30,9 @@ impl Embedder for Counting {
 
     fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, String> {
         self.1.fetch_add(texts.len(), Ordering::SeqCst);
+        if texts.iter().any(|t| t.starts_with("poison")) {
+            return Err("the engine failed on this text".to_owned());
+        }
         self.0.embed_batch(texts)
     }
 }
@@ -403,4 +407,24 @@ async fn a_nack_without_the_lease_is_refused_before_the_server_spends() {
     );
     assert_eq!(state.metrics().counter_value("jobs_done_by_server"), 0);
     assert_eq!(job_as(&api, &admin, "l1").await["state"], "leased");
+}
+
+/// When the server's own engine fails on the text too, the worker's nack stands: the job is
+/// dead-lettered, its error saying both.
+#[tokio::test]
+async fn a_job_the_server_fails_on_too_is_dead_lettered_with_both_reasons() {
+    let ((_state, api, _clock), embedded) = setup_counting(Config::default());
+    let admin = admin_of_acme();
+    enqueue_as(&api, &admin, json!([{"id": "x1", "text": "poison pill"}])).await;
+    let w = visitor("honest");
+    let job = claim_as(&api, &w, 1, None).await;
+    assert_eq!(nack_all(&api, &w, &job, false).await, ["dead"]);
+    assert_eq!(embedded.load(Ordering::SeqCst), 1, "the server tried");
+    let j = job_as(&api, &admin, "x1").await;
+    assert_eq!(j["state"], "dead", "{j}");
+    let message = j["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("no (the server failed too: ") && message.contains("engine failed"),
+        "the worker's message, then the server's: {j}"
+    );
 }
