@@ -174,6 +174,11 @@ async fn a_permanent_nack_of_the_servers_model_is_done_by_the_server() {
         assert_eq!(j["result"]["source"], "backend");
         assert_eq!(j["result"]["by"]["sub"], "server", "{j}");
         assert_eq!(j["result"]["by"]["verified"], true);
+        // Written through to the remote cache, as a worker's ack would be.
+        let key = ternflow_core::keys::cache_key(j["result"]["model_id"].as_str().unwrap(), text);
+        let c = api.get(Some(&admin), &format!("/v1/cache/{key}")).await;
+        assert_eq!(c.status, StatusCode::OK, "{}", c.text);
+        assert_eq!(c.json["by"]["sub"], "server", "{}", c.text);
     }
     let dlq = api.get(Some(&admin), "/v1/dlq").await;
     assert_eq!(

@@ -27,7 +27,7 @@ use super::publish_finished;
 use crate::error::{Error, Result};
 use crate::identity::{Identity, SERVER_WRITER};
 use crate::integrity::verifier;
-use crate::store::{AckInput, AckOutcome};
+use crate::store::{AckInput, AckOutcome, Fenced};
 use crate::tenants::Ctx;
 
 /// What the server's own attempt at a job came to.
@@ -183,26 +183,44 @@ pub(crate) async fn done_by_server(
         Err(Error::TooManyRequests { .. }) => return Ok(Attempt::Deferred),
         Err(e) => return Ok(Attempt::Failed(e.to_string())),
     };
+    let by = Provenance {
+        tenant: state.tenant.to_string(),
+        sub: SERVER_WRITER.to_owned(),
+        worker: None,
+        at: now,
+        verified: true,
+    };
     let result = JobResult {
-        model_id: model,
+        model_id: model.clone(),
         vector: Vector(vector),
         source: ResultSource::Backend,
-        by: Some(Provenance {
-            tenant: state.tenant.to_string(),
-            sub: SERVER_WRITER.to_owned(),
-            worker: None,
-            at: now,
-            verified: true,
-        }),
+        by: Some(by.clone()),
     };
     let input = AckInput {
         id: id.to_owned(),
         token: token.to_owned(),
-        result,
+        result: result.clone(),
     };
     let outcome = state.store.ack_many(vec![input], now).await?.pop();
     Ok(match outcome {
-        Some(AckOutcome::Done { .. }) => {
+        Some(AckOutcome::Done { fence, text_hash }) => {
+            // Into the remote cache too, under the lease's fence, as a worker's ack would write
+            // it through: the next visitor with this text is served, not the engine again.
+            let key = format!("{model}:{text_hash}");
+            if let Err(e) = crate::cache::store_entry(
+                state,
+                &key,
+                model,
+                result.vector,
+                fence,
+                Fenced::ByLease,
+                None,
+                by,
+            )
+            .await
+            {
+                tracing::debug!(key = %key, error = %e, "the server's result not cached");
+            }
             state.metrics.job_acked(id, ResultSource::Backend, now);
             state.metrics.add(|c| &c.jobs_acked, 1);
             state.metrics.add(|c| &c.jobs_done_by_server, 1);
