@@ -17,6 +17,9 @@ pub const CACHE_TTL_MAX_MS: u64 = 30 * 24 * 3_600_000;
 pub struct Config {
     /// Lease length handed out by claim and heartbeat (ms).
     pub lease_ms: u64,
+    /// Longest one delivery may hold its job, heartbeats included (ms): past it the lease is not
+    /// extended, expires, and the job is delivered again (a worker cannot hold a job hostage).
+    pub max_lease_hold_ms: u64,
     /// Deliveries before a job is dead-lettered.
     pub max_attempts: u32,
     /// First retry delay after a nack (ms); doubles per attempt.
@@ -109,6 +112,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             lease_ms: 30_000,
+            max_lease_hold_ms: 600_000,
             max_attempts: 5,
             backoff_base_ms: 1_000,
             backoff_max_ms: 60_000,

@@ -70,7 +70,7 @@ fn mint(role: &str, sub: Option<&str>) -> String {
     let claims = Claims {
         role: role.into(),
         tenant: "acme".into(),
-        exp: now + 600,
+        exp: now + 1_800, // past the 10-minute hold the last test heartbeats through
         nbf: None,
         iat: Some(now),
         sub: sub.map(Into::into),
@@ -432,4 +432,42 @@ async fn a_job_the_server_fails_on_too_is_dead_lettered_with_both_reasons() {
         message.starts_with("no (the server failed too: ") && message.contains("engine failed"),
         "the worker's message, then the server's: {j}"
     );
+}
+
+/// A worker that claims a job and heartbeats forever, never finishing it, holds it at most
+/// `max_lease_hold_ms`: then its heartbeat is refused (`lease_lost`) and the job goes to the
+/// next claim. (Before, heartbeats extended a lease without end: a visitor could hold its
+/// tenant's queue hostage.)
+#[tokio::test]
+async fn a_job_cannot_be_held_past_the_hold_by_heartbeats() {
+    let (_state, api, clock) = setup(Config::default());
+    let admin = admin_of_acme();
+    enqueue_as(&api, &admin, json!([{"id": "h1", "text": "held hostage"}])).await;
+    let cfg = Config::default();
+    let mallory = visitor("mallory");
+    let job = claim_as(&api, &mallory, 1, None).await.remove(0);
+    let token = job["lease"]["token"].as_str().unwrap().to_owned();
+    let mut held = 0;
+    loop {
+        clock.advance(cfg.lease_ms / 3);
+        held += cfg.lease_ms / 3;
+        let body = json!({"leases": [{"id": "h1", "token": token}]});
+        let r = api.post(Some(&mallory), "/v1/jobs/heartbeat", body).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        let lease = &r.json["results"][0]["lease"];
+        if lease.is_null() {
+            break; // lost: the hold is used up
+        }
+        assert!(
+            held < cfg.max_lease_hold_ms,
+            "still extended after {held} ms: {lease}"
+        );
+        let expires_at = lease["expires_at"].as_u64().unwrap();
+        assert!(expires_at <= NOW_MS + cfg.max_lease_hold_ms, "{lease}");
+    }
+    assert!(held >= cfg.max_lease_hold_ms, "refused after {held} ms");
+    let honest = visitor("honest");
+    let again = claim_as(&api, &honest, 1, None).await;
+    assert_eq!(again.len(), 1, "the job went to the next claim");
+    assert_eq!(again[0]["attempt"], 2);
 }

@@ -119,7 +119,10 @@ async fn sqlite_reopen_keeps_leases_locks_and_growing_fences() {
         JobState::Done { .. }
     ));
     // A restart keeps live leases: the holder can still heartbeat and ack.
-    let hb = s.heartbeat("b", &b_lease.token, 1_000, 500).await.unwrap();
+    let hb = s
+        .heartbeat("b", &b_lease.token, 1_000, 3_600_000, 500)
+        .await
+        .unwrap();
     assert_eq!(hb.map(|l| l.fence), Some(b_lease.fence));
     assert!(matches!(
         s.lock_acquire("m:k", 5_000, 20).await.unwrap(),

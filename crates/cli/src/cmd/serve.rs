@@ -86,6 +86,10 @@ pub struct Args {
     /// Lease length in milliseconds.
     #[arg(long, default_value_t = 30_000, env = "TERNFLOW_LEASE_MS")]
     pub lease_ms: u64,
+    /// Longest one delivery may hold its job, heartbeats included, in milliseconds: then the
+    /// lease is not extended and the job is delivered again.
+    #[arg(long, default_value_t = 600_000, env = "TERNFLOW_MAX_LEASE_HOLD_MS")]
+    pub max_lease_hold_ms: u64,
     /// Deliveries before a job is dead-lettered.
     #[arg(long, default_value_t = 5, env = "TERNFLOW_MAX_ATTEMPTS")]
     pub max_attempts: u32,
@@ -342,6 +346,7 @@ pub fn run(args: Args) -> CmdResult {
     let model = super::model_or_default(args.model.as_deref());
     let config = Config {
         lease_ms: args.lease_ms,
+        max_lease_hold_ms: args.max_lease_hold_ms,
         max_attempts: args.max_attempts,
         cors_origins: args.cors_origins.clone(),
         cors_allow_localhost: args.cors_allow_localhost,

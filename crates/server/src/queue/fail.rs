@@ -71,7 +71,7 @@ pub(crate) async fn fail(
                 // heartbeat: it checks the token and keeps the lease while the server embeds).
                 if state
                     .store
-                    .heartbeat(id, &req.token, cfg.lease_ms, now)
+                    .heartbeat(id, &req.token, cfg.lease_ms, cfg.max_lease_hold_ms, now)
                     .await?
                     .is_none()
                 {

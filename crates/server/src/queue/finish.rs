@@ -526,7 +526,13 @@ async fn agree(state: &Ctx, writer: &Writer, item: &AckItem, k: u32) -> Result<A
     let (id, token) = (&item.id, &item.ack.token);
     if state
         .store
-        .heartbeat(id, token, state.config.lease_ms, now)
+        .heartbeat(
+            id,
+            token,
+            state.config.lease_ms,
+            state.config.max_lease_hold_ms,
+            now,
+        )
         .await?
         .is_none()
     {

@@ -209,7 +209,13 @@ pub(crate) async fn heartbeat(
     let now = state.now();
     match state
         .store
-        .heartbeat(&id, &req.token, state.config.lease_ms, now)
+        .heartbeat(
+            &id,
+            &req.token,
+            state.config.lease_ms,
+            state.config.max_lease_hold_ms,
+            now,
+        )
         .await?
     {
         Some(lease) => Ok(Json(HeartbeatResponse { lease })),
@@ -239,7 +245,12 @@ pub(crate) async fn heartbeat_batch(
     let leases = req.leases.into_iter().map(|l| (l.id, l.token)).collect();
     let found = state
         .store
-        .heartbeat_many(leases, state.config.lease_ms, now)
+        .heartbeat_many(
+            leases,
+            state.config.lease_ms,
+            state.config.max_lease_hold_ms,
+            now,
+        )
         .await?;
     let lost = found.iter().filter(|l| l.is_none()).count();
     if lost > 0 {

@@ -18,6 +18,8 @@ use super::{
 };
 
 const T0: u64 = 1_000_000;
+/// A hold no case reaches unless it tests the hold.
+const HOLD: u64 = 3_600_000;
 
 fn job(id: &str, priority: i32, available_at: u64) -> JobRecord {
     JobRecord {
@@ -88,6 +90,7 @@ macro_rules! store_conformance_tests {
             history_is_capped,
             ack_many_answers_each,
             heartbeat_many_answers_each,
+            heartbeats_stop_at_the_hold,
             scan_done_reads_every_finished_job,
             locks,
             events_are_numbered_in_order,
@@ -519,13 +522,13 @@ pub async fn heartbeat_and_ack<S: Store>(s: S) {
     let c = s.claim("w", 1, 1_000, 5, T0).await.unwrap();
     let lease = c.jobs[0].lease.clone();
     let hb = s
-        .heartbeat("j", &lease.token, 2_000, T0 + 900)
+        .heartbeat("j", &lease.token, 2_000, HOLD, T0 + 900)
         .await
         .unwrap()
         .unwrap();
     assert_eq!((hb.fence, hb.expires_at), (lease.fence, T0 + 2_900));
     assert!(s
-        .heartbeat("j", "wrong", 2_000, T0)
+        .heartbeat("j", "wrong", 2_000, HOLD, T0)
         .await
         .unwrap()
         .is_none());
@@ -566,11 +569,54 @@ pub async fn heartbeat_and_ack<S: Store>(s: S) {
         }
     );
     assert!(s
-        .heartbeat("j", &lease.token, 1_000, T0)
+        .heartbeat("j", &lease.token, 1_000, HOLD, T0)
         .await
         .unwrap()
         .is_none());
     assert_eq!(s.depth(T0).await.unwrap().leased, 0);
+}
+
+/// A conformance case (see the [module docs](self)).
+pub async fn heartbeats_stop_at_the_hold<S: Store>(s: S) {
+    s.enqueue(vec![job("a", 0, T0), job("b", 0, T0)], T0)
+        .await
+        .unwrap();
+    let c = s.claim("w", 2, 1_000, 5, T0).await.unwrap();
+    let lease = |id: &str| c.jobs.iter().find(|j| j.id == id).unwrap().lease.clone();
+    let (a, b) = (lease("a"), lease("b"));
+    // A heartbeat extends a lease, but never past the hold after the delivery began.
+    let hb = s
+        .heartbeat("a", &a.token, 1_000, 1_200, T0 + 500)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(hb.expires_at, T0 + 1_200, "capped at leased_at + hold");
+    let many = s
+        .heartbeat_many(vec![("b".into(), b.token.clone())], 1_000, 1_200, T0 + 500)
+        .await
+        .unwrap();
+    assert_eq!(many[0].as_ref().map(|l| l.expires_at), Some(T0 + 1_200));
+    // Once the hold is used up the lease is not extended: the token no longer holds the job.
+    assert!(s
+        .heartbeat("a", &a.token, 1_000, 1_200, T0 + 1_200)
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        s.heartbeat_many(
+            vec![("b".into(), b.token.clone())],
+            1_000,
+            1_200,
+            T0 + 1_300
+        )
+        .await
+        .unwrap(),
+        [None]
+    );
+    // The jobs are delivered again after their capped expiry, as any expired lease.
+    let again = s.claim("w2", 2, 1_000, 5, T0 + 1_201).await.unwrap();
+    assert_eq!(again.jobs.len(), 2);
+    assert!(again.jobs.iter().all(|j| j.attempt == 2));
 }
 
 /// A conformance case (see the [module docs](self)).
@@ -598,6 +644,7 @@ pub async fn heartbeat_many_answers_each<S: Store>(s: S) {
                 ("b".into(), b.token.clone()),
             ],
             5_000,
+            HOLD,
             T0 + 800,
         )
         .await
@@ -621,7 +668,7 @@ pub async fn heartbeat_many_answers_each<S: Store>(s: S) {
         "both extended leases hold past their first expiry"
     );
     assert!(s
-        .heartbeat_many(Vec::new(), 1_000, T0)
+        .heartbeat_many(Vec::new(), 1_000, HOLD, T0)
         .await
         .unwrap()
         .is_empty());
@@ -645,7 +692,7 @@ pub async fn expired_lease_is_redelivered<S: Store>(s: S) {
     assert_ne!(second.lease.token, first.lease.token);
     let old = &first.lease.token;
     assert!(
-        s.heartbeat("j", old, 1_000, T0 + 1_001)
+        s.heartbeat("j", old, 1_000, HOLD, T0 + 1_001)
             .await
             .unwrap()
             .is_none(),

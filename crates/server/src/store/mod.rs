@@ -159,12 +159,15 @@ pub trait QueueStore: Send + Sync + std::fmt::Debug + 'static {
         now: u64,
     ) -> Result<Claimed>;
 
-    /// Extends the lease held with `token`; `None` when it is not held (lost or stale).
+    /// Extends the lease held with `token` to `now + lease_ms`, but never past `hold_ms` after
+    /// the delivery began (its `leased_at`): one delivery holds a job at most that long, however
+    /// it heartbeats. `None` when it is not held (lost or stale) or its hold is used up.
     async fn heartbeat(
         &self,
         id: &str,
         token: &str,
         lease_ms: u64,
+        hold_ms: u64,
         now: u64,
     ) -> Result<Option<Lease>>;
 
@@ -175,11 +178,12 @@ pub trait QueueStore: Send + Sync + std::fmt::Debug + 'static {
         &self,
         leases: Vec<(String, String)>,
         lease_ms: u64,
+        hold_ms: u64,
         now: u64,
     ) -> Result<Vec<Option<Lease>>> {
         let mut out = Vec::with_capacity(leases.len());
         for (id, token) in leases {
-            out.push(self.heartbeat(&id, &token, lease_ms, now).await?);
+            out.push(self.heartbeat(&id, &token, lease_ms, hold_ms, now).await?);
         }
         Ok(out)
     }

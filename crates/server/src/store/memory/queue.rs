@@ -134,6 +134,7 @@ impl QueueStore for MemoryStore {
         id: &str,
         token: &str,
         lease_ms: u64,
+        hold_ms: u64,
         now: u64,
     ) -> Result<Option<Lease>> {
         let mut g = self.lock();
@@ -145,9 +146,10 @@ impl QueueStore for MemoryStore {
                 token: t,
                 fence,
                 expires_at,
+                leased_at,
                 ..
-            } if t == token => {
-                *expires_at = now + lease_ms;
+            } if t == token && leased_at.saturating_add(hold_ms) > now => {
+                *expires_at = (now + lease_ms).min(leased_at.saturating_add(hold_ms));
                 Lease {
                     token: t.clone(),
                     fence: *fence,

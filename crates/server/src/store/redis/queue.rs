@@ -135,6 +135,7 @@ impl QueueStore for RedisStore {
         id: &str,
         token: &str,
         lease_ms: u64,
+        hold_ms: u64,
         now: u64,
     ) -> Result<Option<Lease>> {
         let out: Vec<String> = self
@@ -144,7 +145,8 @@ impl QueueStore for RedisStore {
                     .arg(id)
                     .arg(token)
                     .arg(now)
-                    .arg(lease_ms);
+                    .arg(lease_ms)
+                    .arg(hold_ms);
             })
             .await?;
         if out.len() != 2 {
@@ -161,6 +163,7 @@ impl QueueStore for RedisStore {
         &self,
         leases: Vec<(String, String)>,
         lease_ms: u64,
+        hold_ms: u64,
         now: u64,
     ) -> Result<Vec<Option<Lease>>> {
         if leases.is_empty() {
@@ -168,7 +171,7 @@ impl QueueStore for RedisStore {
         }
         let out: Vec<String> = self
             .invoke(&self.scripts.heartbeat_many, |i| {
-                i.key(self.k("leased")).arg(now).arg(lease_ms);
+                i.key(self.k("leased")).arg(now).arg(lease_ms).arg(hold_ms);
                 for (id, token) in &leases {
                     i.key(self.key("job", id)).arg(id).arg(token);
                 }

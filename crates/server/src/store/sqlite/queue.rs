@@ -211,26 +211,13 @@ impl QueueStore for SqliteStore {
         id: &str,
         token: &str,
         lease_ms: u64,
+        hold_ms: u64,
         now: u64,
     ) -> Result<Option<Lease>> {
         let (id, token) = (id.to_owned(), token.to_owned());
         self.run(move |conn, _| {
-            let expires_at = now + lease_ms;
-            let fence: Option<i64> = conn
-                .prepare_cached(
-                    "UPDATE jobs SET expires_at = ?3 WHERE id = ?1 AND state = 'leased' \
-                     AND token = ?2 RETURNING fence",
-                )
-                .and_then(|mut st| {
-                    st.query_row(params![id, token, expires_at as i64], |r| r.get(0))
-                        .optional()
-                })
-                .map_err(db_err)?;
-            Ok(fence.map(|f| Lease {
-                token,
-                fence: f as u64,
-                expires_at,
-            }))
+            let mut st = conn.prepare_cached(HEARTBEAT).map_err(db_err)?;
+            heartbeat_one(&mut st, id, token, lease_ms, hold_ms, now)
         })
         .await
     }
@@ -239,27 +226,14 @@ impl QueueStore for SqliteStore {
         &self,
         leases: Vec<(String, String)>,
         lease_ms: u64,
+        hold_ms: u64,
         now: u64,
     ) -> Result<Vec<Option<Lease>>> {
         self.run(move |conn, _| {
-            let expires_at = now + lease_ms;
-            let mut st = conn
-                .prepare_cached(
-                    "UPDATE jobs SET expires_at = ?3 WHERE id = ?1 AND state = 'leased' \
-                     AND token = ?2 RETURNING fence",
-                )
-                .map_err(db_err)?;
+            let mut st = conn.prepare_cached(HEARTBEAT).map_err(db_err)?;
             let mut out = Vec::with_capacity(leases.len());
             for (id, token) in leases {
-                let fence: Option<i64> = st
-                    .query_row(params![id, token, expires_at as i64], |r| r.get(0))
-                    .optional()
-                    .map_err(db_err)?;
-                out.push(fence.map(|f| Lease {
-                    token,
-                    fence: f as u64,
-                    expires_at,
-                }));
+                out.push(heartbeat_one(&mut st, id, token, lease_ms, hold_ms, now)?);
             }
             Ok(out)
         })
@@ -444,4 +418,37 @@ impl QueueStore for SqliteStore {
         })
         .await
     }
+}
+
+/// Extends a lease held with the token to `now + lease_ms`, never past `hold_ms` after its
+/// delivery began; nothing when the token does not hold it or its hold is used up.
+const HEARTBEAT: &str = "UPDATE jobs SET expires_at = MIN(?3, leased_at + ?4) WHERE id = ?1 \
+     AND state = 'leased' AND token = ?2 AND leased_at + ?4 > ?5 RETURNING fence, expires_at";
+
+fn heartbeat_one(
+    st: &mut rusqlite::CachedStatement<'_>,
+    id: String,
+    token: String,
+    lease_ms: u64,
+    hold_ms: u64,
+    now: u64,
+) -> Result<Option<Lease>> {
+    let row: Option<(i64, i64)> = st
+        .query_row(
+            params![
+                id,
+                token,
+                (now + lease_ms) as i64,
+                hold_ms.min(i64::MAX as u64) as i64,
+                now as i64
+            ],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(db_err)?;
+    Ok(row.map(|(fence, expires_at)| Lease {
+        token,
+        fence: fence as u64,
+        expires_at: expires_at as u64,
+    }))
 }
