@@ -79,6 +79,27 @@ fn a_second_server_on_one_data_dir_is_refused() {
     drop(again);
 }
 
+/// A hold shorter than a lease would refuse every heartbeat: refused at start, saying why.
+#[test]
+fn a_lease_hold_shorter_than_a_lease_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (status, err) = output_within(
+        ternflow()
+            .args(["serve", "--addr", "127.0.0.1:0", "--lease-ms", "30000"])
+            .args(["--max-lease-hold-ms", "1000", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .current_dir(dir.path())
+            .env("TERNFLOW_TOKENS", "t:admin"),
+        20,
+        "ternflow serve with a hold shorter than a lease",
+    );
+    assert!(!status.success());
+    assert!(
+        err.contains("--max-lease-hold-ms (1000) must be at least --lease-ms (30000)"),
+        "{err}"
+    );
+}
+
 #[test]
 fn logs_go_to_stderr_without_colours_or_as_json_lines() {
     let dir = tempfile::tempdir().unwrap();

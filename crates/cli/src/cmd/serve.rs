@@ -399,6 +399,14 @@ pub fn run(args: Args) -> CmdResult {
     {
         return Err("--max-polls-per-token, --max-connections-per-ip and --embed-tokens-per-min must be at least 1".into());
     }
+    if args.max_lease_hold_ms < args.lease_ms {
+        return Err(format!(
+            "--max-lease-hold-ms ({}) must be at least --lease-ms ({}): a delivery holds its job at \
+             least one lease",
+            args.max_lease_hold_ms, args.lease_ms
+        )
+        .into());
+    }
     config
         .quotas
         .validate()
