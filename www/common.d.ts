@@ -90,6 +90,8 @@ export type TernflowErrorCode =
   // dead-letter reasons the server writes
   /** A lease ran out on its last attempt. */
   | "lease_expired"
+  /** A delivery handed back by release past the job's free releases: it counts as an attempt. */
+  | "released"
   // the worker
   /** A server (or a model's host) could not be reached. */
   | "unreachable"

@@ -121,6 +121,8 @@ codes! {
     // ---- dead-letter reasons the server writes ----
     /// A lease ran out on its last attempt.
     LeaseExpired = "lease_expired",
+    /// A delivery handed back by release past the job's free releases: it counts as an attempt.
+    Released = "released",
     // ---- the worker ----
     /// A server (or a model's host) could not be reached.
     Unreachable = "unreachable",

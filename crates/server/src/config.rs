@@ -22,6 +22,9 @@ pub struct Config {
     pub max_lease_hold_ms: u64,
     /// Deliveries before a job is dead-lettered.
     pub max_attempts: u32,
+    /// Releases of a job that do not count as an attempt (a stopping worker's hand-back); past
+    /// them a release is an attempt, so a worker cannot keep a job by releasing and re-claiming it.
+    pub free_releases: u32,
     /// First retry delay after a nack (ms); doubles per attempt.
     pub backoff_base_ms: u64,
     /// Longest retry delay (ms).
@@ -97,6 +100,9 @@ pub struct Config {
     pub tenant_idle_ms: u64,
     /// Most long-polling claims one token has waiting at once; more get 429.
     pub max_polls_per_token: usize,
+    /// Most single-flight locks one token holds at once on this server; more get 429
+    /// (`crate::lock_holds`).
+    pub max_locks_per_token: usize,
     /// Most open connections from one IP address; more are closed at once.
     pub max_connections_per_ip: usize,
     /// `POST /v1/embed` budget of one signed token per minute (token estimate,
@@ -114,6 +120,7 @@ impl Default for Config {
             lease_ms: 30_000,
             max_lease_hold_ms: 600_000,
             max_attempts: 5,
+            free_releases: 3,
             backoff_base_ms: 1_000,
             backoff_max_ms: 60_000,
             cache_ttl_ms: 24 * 3_600_000,
@@ -148,6 +155,7 @@ impl Default for Config {
             max_open_tenants: default_max_open_tenants(),
             tenant_idle_ms: 300_000,
             max_polls_per_token: 8,
+            max_locks_per_token: 1_024,
             max_connections_per_ip: 512,
             embed_tokens_per_min: 20_000,
             quotas: crate::quota::Quotas::default(),

@@ -55,6 +55,7 @@ pub mod identity;
 pub mod integrity;
 pub mod jwt;
 mod limits;
+mod lock_holds;
 pub mod metrics;
 mod queue;
 pub mod quota;

@@ -57,6 +57,8 @@ pub struct Shared {
     /// [`crate::tenants::Ctx`] only.
     pub(crate) tenants: Arc<Tenants>,
     pub(crate) limits: Arc<Limits>,
+    /// The locks each token holds here (`max_locks_per_token`).
+    pub(crate) lock_holds: Arc<crate::lock_holds::LockHolds>,
     pub(crate) metrics: Arc<Metrics>,
     /// Result verification's per-server state.
     pub(crate) verifier: Arc<crate::integrity::Verifier>,
@@ -111,6 +113,9 @@ impl AppState {
         AppState(Arc::new(Shared {
             clock: Arc::new(SystemClock),
             limits: Arc::new(Limits::new(&config)),
+            lock_holds: Arc::new(crate::lock_holds::LockHolds::new(
+                config.max_locks_per_token,
+            )),
             series: Arc::new(Series::new(config.stats_samples)),
             config: Arc::new(config),
             tokens: Arc::new(tokens),
@@ -135,6 +140,7 @@ impl AppState {
         let clock = self.clock.clone();
         let metrics = self.metrics.clone();
         let limits = self.limits.clone();
+        let lock_holds = self.lock_holds.clone();
         let mut stop = self.shutdown.subscribe();
         tokio::spawn(async move {
             loop {
@@ -143,6 +149,7 @@ impl AppState {
                     _ = stop.changed() => return,
                 }
                 limits.tidy();
+                lock_holds.tidy(clock.now_ms());
                 let closed = tenants.close_idle(clock.now_ms()).await;
                 if closed > 0 {
                     tracing::info!(closed, "idle tenants closed");

@@ -471,3 +471,94 @@ async fn a_job_cannot_be_held_past_the_hold_by_heartbeats() {
     assert_eq!(again.len(), 1, "the job went to the next claim");
     assert_eq!(again[0]["attempt"], 2);
 }
+
+/// Releases one delivery of job `id` held with `job`'s lease, as `token`; the HTTP status.
+async fn release_as(api: &Api, token: &str, job: &Value) -> StatusCode {
+    let id = job["id"].as_str().unwrap();
+    let body = json!({"token": job["lease"]["token"]});
+    api.post(Some(token), &format!("/v1/jobs/{id}/release"), body)
+        .await
+        .status
+}
+
+/// A worker that releases its job before the hold ends and claims it again (a released job is
+/// first in line) keeps it only for the job's free releases: past them each release is an
+/// attempt, and past the attempts the next claim has the server do the job. (Before, a release
+/// used no attempt and began a fresh hold: a visitor could hold a job without end.)
+#[tokio::test]
+async fn a_job_cannot_be_held_by_releasing_and_claiming_it_again() {
+    let (state, api, clock) = setup(Config::default());
+    let admin = admin_of_acme();
+    enqueue_as(
+        &api,
+        &admin,
+        json!([{"id": "r1", "text": "released and taken"}]),
+    )
+    .await;
+    let cfg = Config::default();
+    let mallory = visitor("mallory");
+    let mut attempts = Vec::new();
+    loop {
+        let job = claim_as(&api, &mallory, 1, None).await;
+        let Some(job) = job.first() else { break };
+        attempts.push(job["attempt"].as_u64().unwrap());
+        assert!(
+            attempts.len() <= 20,
+            "the job is never taken from the hog: {attempts:?}"
+        );
+        clock.advance(cfg.lease_ms / 2); // (heartbeats would hold it up to the hold)
+        assert_eq!(
+            release_as(&api, &mallory, job).await,
+            StatusCode::NO_CONTENT
+        );
+    }
+    // Three free releases at attempt 1, then one attempt counted per release, 5 in all.
+    assert_eq!(attempts, [1, 1, 1, 1, 2, 3, 4, 5]);
+    let j = job_as(&api, &admin, "r1").await;
+    assert_eq!(j["state"], "done", "{j}");
+    assert_eq!(j["result"]["by"]["sub"], "server");
+    let m = state.metrics();
+    assert_eq!(m.counter_value("leases_released"), 8);
+    assert_eq!(m.counter_value("releases_counted"), 5);
+    assert_eq!(m.counter_value("jobs_done_by_server"), 1);
+}
+
+/// With verification off a counted release on the job's last attempt dead-letters it with
+/// `released`, each counted release in its history with who released it.
+#[tokio::test]
+async fn with_verification_off_the_last_counted_release_dead_letters() {
+    let cfg = Config {
+        verify: Policy {
+            enabled: false,
+            ..Policy::default()
+        },
+        ..Config::default()
+    };
+    let (state, api, _clock) = setup(cfg.clone());
+    let r = api
+        .enqueue(json!({"jobs": [{"id": "r2", "text": "released"}]}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let rounds = cfg.free_releases + cfg.max_attempts;
+    for round in 0..rounds {
+        let job = claim_as(&api, WORKER, 1, None).await;
+        assert_eq!(job.len(), 1, "round {round}");
+        assert_eq!(
+            release_as(&api, WORKER, &job[0]).await,
+            StatusCode::NO_CONTENT
+        );
+    }
+    assert!(claim_as(&api, WORKER, 1, None).await.is_empty());
+    let j = job_as(&api, ADMIN, "r2").await;
+    assert_eq!(j["state"], "dead", "{j}");
+    assert_eq!(j["error"]["code"], "released", "{j}");
+    let history = j["history"].as_array().unwrap();
+    assert_eq!(history.len(), cfg.max_attempts as usize, "{j}");
+    assert!(
+        history
+            .iter()
+            .all(|h| h["error"]["code"] == "released" && h["worker"] == "w1"),
+        "{j}"
+    );
+    assert_eq!(state.metrics().counter_value("jobs_dead"), 1);
+}

@@ -7,7 +7,9 @@ mod common;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use ternflow_core::protocol::{JobState, Vector};
-use ternflow_server::store::{CacheStore, Fenced, LockOutcome, LockStore, PutOutcome, QueueStore};
+use ternflow_server::store::{
+    CacheStore, Fenced, LockOutcome, LockStore, PutOutcome, QueueStore, Released,
+};
 use ternflow_server::{MemoryStore, RedisStore, SqliteStore, Synchronous};
 
 // One test per conformance case per store (`cargo test --test store_conformance sqlite::locks`).
@@ -175,6 +177,43 @@ fn cache_table_sql(dir: &std::path::Path) -> String {
         |r| r.get(0),
     )
     .unwrap()
+}
+
+/// A database made before jobs counted their releases gains the column on open: a job leased
+/// then is released as one that never was released (free), and counted past the free ones.
+#[tokio::test]
+async fn sqlite_migrates_jobs_without_release_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let c = rusqlite::Connection::open(dir.path().join("ternflow.sqlite3")).unwrap();
+        c.execute_batch(
+            "CREATE TABLE jobs (id TEXT PRIMARY KEY, text TEXT NOT NULL, \
+             model_id TEXT NOT NULL, priority INTEGER NOT NULL, meta TEXT, \
+             trace_id TEXT NOT NULL, seq INTEGER NOT NULL, \
+             attempt INTEGER NOT NULL DEFAULT 0, history TEXT NOT NULL DEFAULT '[]', \
+             state TEXT NOT NULL, available_at INTEGER NOT NULL DEFAULT 0, token TEXT, \
+             fence INTEGER, expires_at INTEGER, worker TEXT, leased_at INTEGER, result TEXT, \
+             error TEXT, ended_at INTEGER); \
+             INSERT INTO jobs (id, text, model_id, priority, trace_id, seq, attempt, state, \
+             token, fence, expires_at, worker, leased_at) VALUES ('j', 'old', 'm', 0, \
+             '0af7651916cd43dd8448eb211c80319c', 1, 1, 'leased', 'tk', 4, 90000, 'w', 50);",
+        )
+        .unwrap();
+    }
+    let s = SqliteStore::open(dir.path(), Synchronous::Normal).unwrap();
+    assert_eq!(
+        s.release("j", "tk", 1, 5, 100).await.unwrap(),
+        Released::Free
+    );
+    let c = s.claim("w", 1, 1_000, 5, 200).await.unwrap();
+    assert_eq!(c.jobs[0].attempt, 1, "the free release used no attempt");
+    assert_eq!(
+        s.release("j", &c.jobs[0].lease.token, 1, 5, 300)
+            .await
+            .unwrap(),
+        Released::Counted,
+        "its one free release is used"
+    );
 }
 
 /// A database made before cache entries recorded their writer gains the column on open, and

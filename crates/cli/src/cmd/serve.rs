@@ -93,6 +93,10 @@ pub struct Args {
     /// Deliveries before a job is dead-lettered.
     #[arg(long, default_value_t = 5, env = "TERNFLOW_MAX_ATTEMPTS")]
     pub max_attempts: u32,
+    /// Releases of a job (a stopping worker handing its lease back) that use no attempt; past
+    /// them a release counts as an attempt.
+    #[arg(long, default_value_t = 3, env = "TERNFLOW_FREE_RELEASES")]
+    pub free_releases: u32,
     /// Most open connections (keep it below `ulimit -n`); more are closed at once.
     #[arg(long, default_value_t = 1_024, env = "TERNFLOW_MAX_CONNECTIONS")]
     pub max_connections: usize,
@@ -179,6 +183,15 @@ pub struct Args {
         env = "TERNFLOW_MAX_POLLS_PER_TOKEN"
     )]
     pub max_polls_per_token: usize,
+    /// Most single-flight locks one token may hold at once on this server (more get 429; a
+    /// worker refused one embeds without writing that text to the shared cache).
+    #[arg(
+        long,
+        default_value_t = 1_024,
+        value_name = "N",
+        env = "TERNFLOW_MAX_LOCKS_PER_TOKEN"
+    )]
+    pub max_locks_per_token: usize,
     /// Most open connections from one client address (more are closed at once). Behind a
     /// proxy every client has the proxy's address: set it to --max-connections there.
     #[arg(
@@ -348,6 +361,7 @@ pub fn run(args: Args) -> CmdResult {
         lease_ms: args.lease_ms,
         max_lease_hold_ms: args.max_lease_hold_ms,
         max_attempts: args.max_attempts,
+        free_releases: args.free_releases,
         cors_origins: args.cors_origins.clone(),
         cors_allow_localhost: args.cors_allow_localhost,
         max_connections: args.max_connections,
@@ -375,6 +389,7 @@ pub fn run(args: Args) -> CmdResult {
             .max(1),
         tenant_idle_ms: args.tenant_idle_secs.saturating_mul(1_000),
         max_polls_per_token: args.max_polls_per_token,
+        max_locks_per_token: args.max_locks_per_token,
         engine_nice: args.engine_nice,
         max_connections_per_ip: args.max_connections_per_ip,
         embed_tokens_per_min: args.embed_tokens_per_min,
@@ -394,10 +409,11 @@ pub fn run(args: Args) -> CmdResult {
         ..Config::default()
     };
     if args.max_polls_per_token == 0
+        || args.max_locks_per_token == 0
         || args.max_connections_per_ip == 0
         || args.embed_tokens_per_min == 0
     {
-        return Err("--max-polls-per-token, --max-connections-per-ip and --embed-tokens-per-min must be at least 1".into());
+        return Err("--max-polls-per-token, --max-locks-per-token, --max-connections-per-ip and --embed-tokens-per-min must be at least 1".into());
     }
     if args.max_lease_hold_ms < args.lease_ms {
         return Err(format!(

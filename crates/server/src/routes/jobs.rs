@@ -21,12 +21,13 @@ use crate::auth::Role;
 use crate::error::{Error, Result};
 use crate::extract::{Json, Path};
 use crate::identity::{is_clean, Identity, DEFAULT_TENANT};
+use crate::integrity::verifier;
 use crate::queue::claim::claim_waiting;
 use crate::queue::describe::describe;
 use crate::queue::fail::fail;
 use crate::queue::finish::finish;
 use crate::queue::{lease_lost, lost_or_missing, publish_depth, publish_finished, valid_id};
-use crate::store::{JobRecord, PRIORITY_RANGE};
+use crate::store::{JobRecord, Released, PRIORITY_RANGE};
 use crate::tenants::Ctx;
 use ternflow_core::ErrorCode;
 
@@ -369,20 +370,42 @@ pub(crate) async fn ack_batch(
 }
 
 /// `POST /v1/jobs/{id}/release`: a stopping worker hands the lease back; the job is ready again
-/// at once and the attempt is not counted.
+/// at once. Its first `--free-releases` releases do not count the attempt; past them a release
+/// is an attempt (a worker cannot keep a job by releasing and claiming it again), and with
+/// verification on the next claim past the job's attempts has the server do it
+/// (`queue::fail::past_their_attempts`), so the store is told no limit, as the claim tells it.
 pub(crate) async fn release(
     state: Ctx,
     Path(id): Path<String>,
     Json(req): Json<ReleaseRequest>,
 ) -> Result<StatusCode> {
     valid_id(&id)?;
-    if state.store.release(&id, &req.token, state.now()).await? {
-        state.metrics.add(|c| &c.leases_released, 1);
-        publish_depth(&state).await;
-        Ok(StatusCode::NO_CONTENT)
+    let limit = if verifier::policy(&state).enabled {
+        u32::MAX
     } else {
-        Err(lost_or_missing(&state, &id).await)
+        state.config.max_attempts
+    };
+    let free = state.config.free_releases;
+    match state
+        .store
+        .release(&id, &req.token, free, limit, state.now())
+        .await?
+    {
+        Released::NotHeld => return Err(lost_or_missing(&state, &id).await),
+        Released::Free => state.metrics.add(|c| &c.leases_released, 1),
+        Released::Counted => {
+            state.metrics.add(|c| &c.leases_released, 1);
+            state.metrics.add(|c| &c.releases_counted, 1);
+        }
+        Released::Dead => {
+            state.metrics.add(|c| &c.leases_released, 1);
+            state.metrics.add(|c| &c.releases_counted, 1);
+            state.metrics.add(|c| &c.jobs_dead, 1);
+            publish_finished(&state, Vec::new(), vec![id.clone()]).await;
+        }
     }
+    publish_depth(&state).await;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 pub(crate) async fn nack(

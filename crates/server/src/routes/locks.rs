@@ -1,10 +1,13 @@
-//! `POST /v1/locks/{key}`, `POST /v1/locks/{key}/renew`, `DELETE /v1/locks/{key}`.
+//! `POST /v1/locks/{key}`, `POST /v1/locks/{key}/renew`, `DELETE /v1/locks/{key}`. What one
+//! token holds at once is capped per server (`crate::lock_holds`).
 
 use axum::http::StatusCode;
+use axum::Extension;
 use ternflow_core::protocol::{LockGrant, LockRequest, LockToken};
 
 use crate::error::{Error, Result};
 use crate::extract::{Json, OptionalJson, Path};
+use crate::identity::Identity;
 use crate::queue::valid_id;
 use crate::store::LockOutcome;
 use crate::tenants::Ctx;
@@ -13,15 +16,22 @@ use ternflow_core::ErrorCode;
 /// The body is optional: empty means the default TTL.
 pub(crate) async fn acquire(
     state: Ctx,
+    caller: Option<Extension<Identity>>,
     Path(key): Path<String>,
     OptionalJson(req): OptionalJson<LockRequest>,
 ) -> Result<Json<LockGrant>> {
     valid_id(&key)?;
     let ttl = state.config.lock_ttl(req.ttl_ms);
     let now = state.now();
+    if let Some(Extension(c)) = &caller {
+        state.lock_holds.admit(c, now)?;
+    }
     match state.store.lock_acquire(&key, ttl, now).await? {
         LockOutcome::Granted(g) => {
             state.metrics.add(|c| &c.lock_acquired, 1);
+            if let Some(Extension(c)) = &caller {
+                state.lock_holds.granted(c, &key, &g.token, g.expires_at);
+            }
             state.track_lock(&format!("{}/{key}", state.tenant), &g.token, g.expires_at);
             Ok(Json(g))
         }
@@ -40,6 +50,7 @@ pub(crate) async fn acquire(
 
 pub(crate) async fn renew(
     state: Ctx,
+    caller: Option<Extension<Identity>>,
     Path(key): Path<String>,
     Json(req): Json<LockToken>,
 ) -> Result<Json<LockGrant>> {
@@ -51,6 +62,9 @@ pub(crate) async fn renew(
         .await?
     {
         Some(g) => {
+            if let Some(Extension(c)) = &caller {
+                state.lock_holds.granted(c, &key, &g.token, g.expires_at);
+            }
             state.track_lock(&format!("{}/{key}", state.tenant), &g.token, g.expires_at);
             Ok(Json(g))
         }
@@ -63,10 +77,15 @@ pub(crate) async fn renew(
 
 pub(crate) async fn release(
     state: Ctx,
+    caller: Option<Extension<Identity>>,
     Path(key): Path<String>,
     Json(req): Json<LockToken>,
 ) -> Result<StatusCode> {
     valid_id(&key)?;
+    if let Some(Extension(c)) = &caller {
+        // Forgotten even when the store no longer has it (expired, taken over): not held.
+        state.lock_holds.released(c, &key, &req.token);
+    }
     if state.store.lock_release(&key, &req.token).await? {
         state.metrics.add(|c| &c.lock_released, 1);
         state.forget_lock(&format!("{}/{key}", state.tenant), &req.token);

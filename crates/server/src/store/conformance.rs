@@ -13,8 +13,8 @@ use ternflow_core::protocol::{
 };
 
 use super::{
-    AckInput, AckOutcome, Fenced, JobRecord, LockOutcome, PutOutcome, Quarantine, Store, Written,
-    MAX_HISTORY,
+    AckInput, AckOutcome, Fenced, JobRecord, LockOutcome, PutOutcome, Quarantine, Released, Store,
+    Written, MAX_HISTORY,
 };
 
 const T0: u64 = 1_000_000;
@@ -83,6 +83,7 @@ macro_rules! store_conformance_tests {
             expired_lease_is_redelivered,
             nack_backoff_dead_letter_redrive,
             release_hands_back,
+            releases_past_the_free_ones_count,
             cache_fences_and_ttl,
             cache_put_needs_a_lock_fence,
             sweep_removes_expired_entries_and_locks,
@@ -800,12 +801,91 @@ pub async fn nack_backoff_dead_letter_redrive<S: Store>(s: S) {
 pub async fn release_hands_back<S: Store>(s: S) {
     s.enqueue(vec![job("j", 0, T0)], T0).await.unwrap();
     let c = s.claim("w", 1, 1_000, 5, T0).await.unwrap();
-    assert!(!s.release("j", "wrong", T0).await.unwrap());
-    assert!(s.release("j", &c.jobs[0].lease.token, T0).await.unwrap());
+    assert_eq!(
+        s.release("j", "wrong", 3, 5, T0).await.unwrap(),
+        Released::NotHeld
+    );
+    assert_eq!(
+        s.release("j", &c.jobs[0].lease.token, 3, 5, T0)
+            .await
+            .unwrap(),
+        Released::Free
+    );
     let again = s.claim("w", 1, 1_000, 5, T0).await.unwrap();
     assert_eq!(
         again.jobs[0].attempt, 1,
         "a handed-back lease does not count"
+    );
+    assert_eq!(
+        s.release("j", &c.jobs[0].lease.token, 3, 5, T0)
+            .await
+            .unwrap(),
+        Released::NotHeld,
+        "a released lease's token holds nothing"
+    );
+}
+
+/// A conformance case (see the [module docs](self)).
+///
+/// A job's first `free` releases use no attempt; past them each release counts as one, joins
+/// the history as `released`, and the one on the last allowed attempt dead-letters the job; a
+/// redrive gives the releases back.
+pub async fn releases_past_the_free_ones_count<S: Store>(s: S) {
+    s.enqueue(vec![job("j", 0, T0)], T0).await.unwrap();
+    let mut seen = Vec::new();
+    for i in 0..5u64 {
+        let now = T0 + i;
+        let c = s.claim("hog", 1, 1_000, 3, now).await.unwrap();
+        assert_eq!(
+            c.jobs.len(),
+            1,
+            "release {i}: the released job is ready at once"
+        );
+        let out = s
+            .release("j", &c.jobs[0].lease.token, 2, 3, now)
+            .await
+            .unwrap();
+        seen.push((c.jobs[0].attempt, out));
+    }
+    assert_eq!(
+        seen,
+        [
+            (1, Released::Free),
+            (1, Released::Free),
+            (1, Released::Counted),
+            (2, Released::Counted),
+            (3, Released::Dead),
+        ]
+    );
+    assert!(s
+        .claim("hog", 1, 1_000, 3, T0 + 10)
+        .await
+        .unwrap()
+        .jobs
+        .is_empty());
+    let dlq = s.dlq(10).await.unwrap();
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(dlq[0].error.code, "released");
+    let counted: Vec<(u32, &str)> = dlq[0]
+        .history
+        .iter()
+        .map(|a| (a.attempt, a.worker.as_str()))
+        .collect();
+    assert_eq!(
+        counted,
+        [(1, "hog"), (2, "hog"), (3, "hog")],
+        "each counted release, by whom"
+    );
+    assert!(dlq[0].history.iter().all(|a| a.error.code == "released"));
+    // A redrive starts the job over, free releases included.
+    assert!(s.redrive("j", T0 + 20).await.unwrap());
+    let c = s.claim("w", 1, 1_000, 3, T0 + 21).await.unwrap();
+    assert_eq!(c.jobs[0].attempt, 1);
+    assert_eq!(
+        s.release("j", &c.jobs[0].lease.token, 2, 3, T0 + 21)
+            .await
+            .unwrap(),
+        Released::Free
     );
 }
 

@@ -77,6 +77,20 @@ pub struct AckInput {
     pub result: JobResult,
 }
 
+/// What a release did ([`QueueStore::release`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// One of the job's free releases: the attempt is not counted and the job is ready at once.
+    Free,
+    /// Past the free releases: the attempt counts (a `released` entry joins the history) and the
+    /// job is ready again.
+    Counted,
+    /// Past the free releases on its last allowed attempt: dead-lettered with `released`.
+    Dead,
+    /// The token does not hold the lease.
+    NotHeld,
+}
+
 /// Outcome of an ack.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AckOutcome {
@@ -215,9 +229,19 @@ pub trait QueueStore: Send + Sync + std::fmt::Debug + 'static {
         now: u64,
     ) -> Result<Option<NackResponse>>;
 
-    /// Hands a lease back without counting the attempt (a worker stopping). `false` when not
-    /// held.
-    async fn release(&self, id: &str, token: &str, now: u64) -> Result<bool>;
+    /// Hands a lease back (a worker stopping) and makes the job ready at once. The job's first
+    /// `free` releases do not count the attempt; past them a release is an attempt, as an expired
+    /// lease is (a `released` entry joins the history, and on the job's `max_attempts`-th attempt
+    /// it is dead-lettered): a worker cannot keep a job by releasing it and claiming it again.
+    /// A redrive gives a job its free releases back.
+    async fn release(
+        &self,
+        id: &str,
+        token: &str,
+        free: u32,
+        max_attempts: u32,
+        now: u64,
+    ) -> Result<Released>;
 
     /// A job's status.
     async fn status(&self, id: &str) -> Result<Option<JobStatus>>;
@@ -508,6 +532,17 @@ impl<T> Store for T where
 
 /// Attempts kept in a job's history (the oldest are dropped).
 pub const MAX_HISTORY: usize = 10;
+
+/// The `released` history entry (and dead-letter reason) of a release that counted.
+pub(crate) fn released_error(free: u32) -> JobError {
+    JobError {
+        code: ternflow_core::ErrorCode::Released.as_str().to_owned(),
+        message: format!(
+            "handed back by release after the job's {free} free releases: counted as an attempt"
+        ),
+        retryable: true,
+    }
+}
 /// Longest error message kept in a history entry or a dead letter (bytes).
 pub const MAX_ERROR_MESSAGE: usize = 4 * 1024;
 

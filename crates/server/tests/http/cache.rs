@@ -172,3 +172,66 @@ async fn lock_contention_and_compare_and_delete() {
     );
     assert!(r.text.contains("ternflow_locks_held 0\n"));
 }
+
+/// One token holds at most `max_locks_per_token` locks at once on a server: past it an acquire
+/// answers 429 with `Retry-After` (until its first lock expires), another token is not
+/// counted, and a release or an expiry makes room.
+#[tokio::test]
+async fn a_token_holds_at_most_its_share_of_locks() {
+    let (state, clock) = state_with(Config {
+        max_locks_per_token: 2,
+        ..Config::default()
+    });
+    let api = Api(app(state));
+    let mut grants = Vec::new();
+    for key in ["h1", "h2"] {
+        let r = api
+            .post(
+                Some(WORKER),
+                &format!("/v1/locks/{key}"),
+                json!({"ttl_ms": 30_000}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        grants.push(r.json["token"].as_str().unwrap().to_owned());
+    }
+    clock.advance(10_000);
+    let r = api
+        .post(Some(WORKER), "/v1/locks/h3", json!({"ttl_ms": 30_000}))
+        .await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.text);
+    assert_eq!(error_code(&r.json), "too_many_requests");
+    assert_eq!(
+        r.headers["retry-after"], "20",
+        "until its first lock expires"
+    );
+    // Renewing what it holds is not taking more.
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/locks/h1/renew",
+            json!({"token": grants[0]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = api
+        .post_empty(Some(crate::common::WORKER_B64), "/v1/locks/h3")
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "another token: {}", r.text);
+    let r = api
+        .delete_with(Some(WORKER), "/v1/locks/h2", json!({"token": grants[1]}))
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let r = api.post_empty(Some(WORKER), "/v1/locks/h4").await;
+    assert_eq!(r.status, StatusCode::OK, "a release made room: {}", r.text);
+    let r = api.post_empty(Some(WORKER), "/v1/locks/h5").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    clock.advance(60_000);
+    let r = api.post_empty(Some(WORKER), "/v1/locks/h5").await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "expired locks are not held: {}",
+        r.text
+    );
+}

@@ -36,6 +36,8 @@ struct Job {
     trace_id: String,
     seq: u64,
     attempt: u32,
+    /// Releases so far (the first few do not count the attempt).
+    releases: u32,
     history: Vec<Attempt>,
     state: St,
 }

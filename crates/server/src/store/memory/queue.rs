@@ -11,7 +11,8 @@ use ternflow_core::protocol::{
 use super::{status_of, Job, MemoryStore, St};
 use crate::error::Result;
 use crate::store::{
-    cap_error, new_token, push_history, AckOutcome, Claimed, JobRecord, QueueStore,
+    cap_error, new_token, push_history, released_error, AckOutcome, Claimed, JobRecord, QueueStore,
+    Released,
 };
 
 #[async_trait]
@@ -46,6 +47,7 @@ impl QueueStore for MemoryStore {
                 trace_id: r.trace_id,
                 seq,
                 attempt: 0,
+                releases: 0,
                 history: Vec::new(),
                 state,
             });
@@ -236,20 +238,57 @@ impl QueueStore for MemoryStore {
         Ok(Some(resp))
     }
 
-    async fn release(&self, id: &str, token: &str, _now: u64) -> Result<bool> {
+    async fn release(
+        &self,
+        id: &str,
+        token: &str,
+        free: u32,
+        max_attempts: u32,
+        now: u64,
+    ) -> Result<Released> {
         let mut g = self.lock();
         let Some(mut j) = g.jobs.get(id).cloned() else {
-            return Ok(false);
+            return Ok(Released::NotHeld);
         };
-        match &j.state {
-            St::Leased { token: t, .. } if t == token => {}
-            _ => return Ok(false),
-        }
-        j.attempt = j.attempt.saturating_sub(1);
+        let (worker, leased_at) = match &j.state {
+            St::Leased {
+                token: t,
+                worker,
+                leased_at,
+                ..
+            } if t == token => (worker.clone(), *leased_at),
+            _ => return Ok(Released::NotHeld),
+        };
+        let out = if j.releases < free {
+            j.releases += 1;
+            j.attempt = j.attempt.saturating_sub(1);
+            Released::Free
+        } else {
+            let error = released_error(free);
+            push_history(
+                &mut j.history,
+                Attempt {
+                    attempt: j.attempt,
+                    worker,
+                    leased_at,
+                    ended_at: now,
+                    error: error.clone(),
+                },
+            );
+            if j.attempt >= max_attempts {
+                j.state = St::Dead {
+                    error,
+                    dead_at: now,
+                };
+                g.put_job(j);
+                return Ok(Released::Dead);
+            }
+            Released::Counted
+        };
         j.seq = g.next_seq();
         j.state = St::Ready;
         g.put_job(j);
-        Ok(true)
+        Ok(out)
     }
 
     async fn status(&self, id: &str) -> Result<Option<JobStatus>> {
@@ -289,6 +328,7 @@ impl QueueStore for MemoryStore {
             return Ok(false);
         }
         j.attempt = 0;
+        j.releases = 0;
         j.seq = g.next_seq();
         j.state = St::Ready;
         g.put_job(j);

@@ -11,7 +11,10 @@ use ternflow_core::protocol::{
 
 use super::{parse, parse_json, store_err, RedisStore};
 use crate::error::{Error, Result};
-use crate::store::{cap_error, new_token, AckInput, AckOutcome, Claimed, JobRecord, QueueStore};
+use crate::store::{
+    cap_error, new_token, released_error, AckInput, AckOutcome, Claimed, JobRecord, QueueStore,
+    Released,
+};
 impl RedisStore {
     async fn job_hash(&self, id: &str) -> Result<(HashMap<String, String>, Vec<Attempt>)> {
         let mut con = self.con.clone();
@@ -308,18 +311,38 @@ impl QueueStore for RedisStore {
         })
     }
 
-    async fn release(&self, id: &str, token: &str, _now: u64) -> Result<bool> {
-        let n: i64 = self
-            .invoke(&self.scripts.release, |i| {
+    async fn release(
+        &self,
+        id: &str,
+        token: &str,
+        free: u32,
+        max_attempts: u32,
+        now: u64,
+    ) -> Result<Released> {
+        let errjson = serde_json::to_string(&released_error(free))
+            .map_err(|e| Error::Store(format!("encode error: {e}")))?;
+        let out: String = self
+            .invoke_confirmed(&self.scripts.release, |i| {
                 i.key(self.key("job", id))
+                    .key(self.key("hist", id))
                     .key(self.k("leased"))
                     .key(self.k("ready"))
                     .key(self.k("seq"))
+                    .key(self.k("dlq"))
                     .arg(id)
-                    .arg(token);
+                    .arg(token)
+                    .arg(errjson)
+                    .arg(free)
+                    .arg(max_attempts)
+                    .arg(now);
             })
             .await?;
-        Ok(n == 1)
+        Ok(match out.as_str() {
+            "free" => Released::Free,
+            "counted" => Released::Counted,
+            "dead" => Released::Dead,
+            _ => Released::NotHeld,
+        })
     }
 
     async fn status(&self, id: &str) -> Result<Option<JobStatus>> {

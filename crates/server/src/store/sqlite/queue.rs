@@ -17,8 +17,8 @@ use super::rows::{dlq_entry, job_status, opt_json, read_row, Row, JOB_COLS};
 use super::{db_err, json_err, SqliteStore, KEEP_FOREVER, PASS_LIMIT};
 use crate::error::Result;
 use crate::store::{
-    cap_error, new_token, push_history, AckInput, AckOutcome, Claimed, JobRecord, QueueStore,
-    Written,
+    cap_error, new_token, push_history, released_error, AckInput, AckOutcome, Claimed, JobRecord,
+    QueueStore, Released, Written,
 };
 
 /// One ack inside a transaction (shared by `ack` and `ack_many`).
@@ -320,18 +320,72 @@ impl QueueStore for SqliteStore {
         .await
     }
 
-    async fn release(&self, id: &str, token: &str, _now: u64) -> Result<bool> {
+    async fn release(
+        &self,
+        id: &str,
+        token: &str,
+        free: u32,
+        max_attempts: u32,
+        now: u64,
+    ) -> Result<Released> {
         let (id, token) = (id.to_owned(), token.to_owned());
         self.run(move |conn, c| {
-            let n = conn
+            type Held = (u32, u32, Option<String>, Option<i64>, String);
+            let row: Option<Held> = conn
                 .prepare_cached(
-                    "UPDATE jobs SET state = 'ready', seq = ?3, attempt = MAX(attempt - 1, 0), \
-                     token = NULL, fence = NULL, expires_at = NULL \
+                    "SELECT attempt, releases, worker, leased_at, history FROM jobs \
                      WHERE id = ?1 AND state = 'leased' AND token = ?2",
                 )
-                .and_then(|mut st| st.execute(params![id, token, c.next_seq() as i64]))
+                .and_then(|mut st| {
+                    st.query_row(params![id, token], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                    })
+                    .optional()
+                })
                 .map_err(db_err)?;
-            Ok(n == 1)
+            let Some((attempt, releases, worker, leased_at, history)) = row else {
+                return Ok(Released::NotHeld);
+            };
+            if releases < free {
+                conn.prepare_cached(
+                    "UPDATE jobs SET state = 'ready', seq = ?2, attempt = MAX(attempt - 1, 0), \
+                     releases = releases + 1, token = NULL, fence = NULL, expires_at = NULL \
+                     WHERE id = ?1",
+                )
+                .and_then(|mut st| st.execute(params![id, c.next_seq() as i64]))
+                .map_err(db_err)?;
+                return Ok(Released::Free);
+            }
+            let error = released_error(free);
+            let mut history: Vec<Attempt> = serde_json::from_str(&history).map_err(json_err)?;
+            push_history(
+                &mut history,
+                Attempt {
+                    attempt,
+                    worker: worker.unwrap_or_default(),
+                    leased_at: leased_at.unwrap_or(0) as u64,
+                    ended_at: now,
+                    error: error.clone(),
+                },
+            );
+            let history = serde_json::to_string(&history).map_err(json_err)?;
+            if attempt >= max_attempts {
+                let error = serde_json::to_string(&error).map_err(json_err)?;
+                conn.prepare_cached(
+                    "UPDATE jobs SET state = 'dead', error = ?2, history = ?3, ended_at = ?4, \
+                     token = NULL, fence = NULL, expires_at = NULL WHERE id = ?1",
+                )
+                .and_then(|mut st| st.execute(params![id, error, history, now as i64]))
+                .map_err(db_err)?;
+                return Ok(Released::Dead);
+            }
+            conn.prepare_cached(
+                "UPDATE jobs SET state = 'ready', seq = ?2, history = ?3, \
+                 token = NULL, fence = NULL, expires_at = NULL WHERE id = ?1",
+            )
+            .and_then(|mut st| st.execute(params![id, c.next_seq() as i64, history]))
+            .map_err(db_err)?;
+            Ok(Released::Counted)
         })
         .await
     }
@@ -370,7 +424,7 @@ impl QueueStore for SqliteStore {
         self.run(move |conn, c| {
             let n = conn
                 .prepare_cached(
-                    "UPDATE jobs SET state = 'ready', attempt = 0, seq = ?2, error = NULL, \
+                    "UPDATE jobs SET state = 'ready', attempt = 0, releases = 0, seq = ?2, error = NULL, \
                      ended_at = NULL WHERE id = ?1 AND state = 'dead'",
                 )
                 .and_then(|mut st| st.execute(params![id, c.next_seq() as i64]))

@@ -23,6 +23,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   trace_id     TEXT NOT NULL,
   seq          INTEGER NOT NULL,
   attempt      INTEGER NOT NULL DEFAULT 0,
+  releases     INTEGER NOT NULL DEFAULT 0,
   history      TEXT NOT NULL DEFAULT '[]',
   state        TEXT NOT NULL,
   available_at INTEGER NOT NULL DEFAULT 0,
