@@ -47,6 +47,13 @@
 # realq14 (2026-12-05, from stage 15; spans sessions, rerun the same command to resume): realq11's
 # excursion again, dup-weighted, to be followed by realq12's low-rate run from its best:
 #   RUN=realq14 BUDGET=140 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=5e-4 NEAR=1 EMA=0.999 CORR=1 SEED=14 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# realq15 (from realq14's end) shipped as stage 16 from its step 1 400 (flat from step 1 000 to 1 940).
+# realq16 (2026-12-05 evening, from stage 16): the cycle's high-rate half once more; stopped at step
+# 7 880 (60 of 140 train-minutes) when its session ended, and lost with that machine's $TERN_WORK:
+#   RUN=realq16 INIT=$TERN_WORK/stage16.bin BUDGET=140 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=5e-4 NEAR=1 EMA=0.999 CORR=1 SEED=16 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# The call line below is `main "$@"; exit`: bash reads a whole line before running it, so nothing
+# after it is read and the file may be edited while a run is under way (a function alone is not
+# enough: after main returns bash reads on from where the call line ended).
 # Needs run_real.sh's and run_broad.sh's data; labels what is missing first
 # (pool shards, realq shards: both resumable, a no-op when complete).  One process, nice 19, 2 threads.
 # realq15 (2026-12-05, from realq14's end: its student_final.npz packed to $TERN_WORK/realq14/ternlight-int4.bin
@@ -93,14 +100,4 @@ $PY train/distil.py --init "${INIT:-models/ternlight-int4.bin}" --run "$RUN" --r
   --seed "${SEED:-0}" ${NEAR:+--near "$NEAR"} ${EMA:+--ema "$EMA"} ${REL:+--rel "$REL"} ${CORR:+--corr "$CORR"}
 echo "$(date -u '+%F %T') run_realq.sh: done"
 }
-main "$@"
-# realq15 made stage 16 from its step 1 400; stopped at step 1 940, flat since step 1 000.
-# realq16 (2026-12-05 evening, from stage 16; spans sessions, rerun the same command to resume): the
-# cycle's high-rate half once more (stage 16 copied to $TERN_WORK/stage16.bin, so a later default
-# does not change what a resumed run started from):
-#   RUN=realq16 INIT=$TERN_WORK/stage16.bin BUDGET=140 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=5e-4 NEAR=1 EMA=0.999 CORR=1 SEED=16 TERN_WORK=… DETACH=1 bash train/run_realq.sh
-# Correction: a function alone does not make this file safe to edit while it runs: after main
-# returns, bash reads on from where the call line ended, so an edit above shifts what it reads.
-# These lines are appended for that reason (realq16 runs). When no run_realq.sh runs, make the
-# call line `main "$@"; exit` (bash reads a whole line before running it, so nothing after is
-# read) and move realq16's command to the header.
+main "$@"; exit
