@@ -53,9 +53,9 @@
 #   RUN=realq16 INIT=$TERN_WORK/stage16.bin BUDGET=140 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=5e-4 NEAR=1 EMA=0.999 CORR=1 SEED=16 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # realq17 + realq18 (2026-12-05 night, from stage 16): the cycle compressed into one session (a new
 # machine starts without $TERN_WORK, so a run that spans sessions is lost): 45 train-minutes at 5e-4,
-# then 25 at 1e-4 from its end (packed to a file first, as --init takes):
+# then 20 at 1e-4 from its end (packed to a file first, as --init takes):
 #   RUN=realq17 INIT=$TERN_WORK/stage16.bin BUDGET=45 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=5e-4 NEAR=1 EMA=0.999 CORR=1 SEED=17 TERN_WORK=… DETACH=1 bash train/run_realq.sh
-#   RUN=realq18 INIT=$TERN_WORK/realq17/ternlight-int4.bin BUDGET=25 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=1e-4 NEAR=1 EMA=0.999 CORR=1 SEED=18 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+#   RUN=realq18 INIT=$TERN_WORK/realq17/ternlight-int4.bin BUDGET=20 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=1e-4 NEAR=1 EMA=0.999 CORR=1 SEED=18 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # The call line below is `main "$@"; exit`: bash reads a whole line before running it, so nothing
 # after it is read and the file may be edited while a run is under way (a function alone is not
 # enough: after main returns bash reads on from where the call line ended).
