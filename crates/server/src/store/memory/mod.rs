@@ -170,37 +170,56 @@ impl Inner {
         self.fence
     }
 
-    fn expire_lease(&mut self, mut j: Job, max_attempts: u32, now: u64, out: &mut Claimed) {
-        if let St::Leased {
+    fn expire_lease(&mut self, j: Job, max_attempts: u32, now: u64, out: &mut Claimed) {
+        let error = JobError {
+            code: ErrorCode::LeaseExpired.as_str().to_owned(),
+            message: "the lease expired before an ack or nack".to_owned(),
+            retryable: true,
+        };
+        let id = j.id.clone();
+        match self.end_delivery(j, error, max_attempts, now) {
+            Some(true) => out.dead.push(id),
+            Some(false) => out.expired.push(id),
+            None => {}
+        }
+    }
+
+    /// Ends a leased job's delivery as an attempt that counts (an expired lease, a release past
+    /// the free ones): the attempt joins its history with `error`, and it is dead-lettered on its
+    /// `max_attempts`-th attempt, else ready again. `Some(true)` when dead; `None` when not leased.
+    fn end_delivery(
+        &mut self,
+        mut j: Job,
+        error: JobError,
+        max_attempts: u32,
+        now: u64,
+    ) -> Option<bool> {
+        let St::Leased {
             worker, leased_at, ..
         } = &j.state
-        {
-            let error = JobError {
-                code: ErrorCode::LeaseExpired.as_str().to_owned(),
-                message: "the lease expired before an ack or nack".to_owned(),
-                retryable: true,
+        else {
+            return None;
+        };
+        let attempt = Attempt {
+            attempt: j.attempt,
+            worker: worker.clone(),
+            leased_at: *leased_at,
+            ended_at: now,
+            error: error.clone(),
+        };
+        push_history(&mut j.history, attempt);
+        let dead = j.attempt >= max_attempts;
+        if dead {
+            j.state = St::Dead {
+                error,
+                dead_at: now,
             };
-            let attempt = Attempt {
-                attempt: j.attempt,
-                worker: worker.clone(),
-                leased_at: *leased_at,
-                ended_at: now,
-                error: error.clone(),
-            };
-            push_history(&mut j.history, attempt);
-            if j.attempt >= max_attempts {
-                out.dead.push(j.id.clone());
-                j.state = St::Dead {
-                    error,
-                    dead_at: now,
-                };
-            } else {
-                out.expired.push(j.id.clone());
-                j.seq = self.next_seq();
-                j.state = St::Ready;
-            }
-            self.put_job(j);
+        } else {
+            j.seq = self.next_seq();
+            j.state = St::Ready;
         }
+        self.put_job(j);
+        Some(dead)
     }
 }
 

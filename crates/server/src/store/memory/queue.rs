@@ -250,45 +250,23 @@ impl QueueStore for MemoryStore {
         let Some(mut j) = g.jobs.get(id).cloned() else {
             return Ok(Released::NotHeld);
         };
-        let (worker, leased_at) = match &j.state {
-            St::Leased {
-                token: t,
-                worker,
-                leased_at,
-                ..
-            } if t == token => (worker.clone(), *leased_at),
-            _ => return Ok(Released::NotHeld),
-        };
-        let out = if j.releases < free {
-            j.releases += 1;
-            j.attempt = j.attempt.saturating_sub(1);
-            Released::Free
-        } else {
-            let error = released_error(free);
-            push_history(
-                &mut j.history,
-                Attempt {
-                    attempt: j.attempt,
-                    worker,
-                    leased_at,
-                    ended_at: now,
-                    error: error.clone(),
+        if !matches!(&j.state, St::Leased { token: t, .. } if t == token) {
+            return Ok(Released::NotHeld);
+        }
+        if j.releases >= free {
+            return Ok(
+                match g.end_delivery(j, released_error(free), max_attempts, now) {
+                    Some(true) => Released::Dead,
+                    _ => Released::Counted,
                 },
             );
-            if j.attempt >= max_attempts {
-                j.state = St::Dead {
-                    error,
-                    dead_at: now,
-                };
-                g.put_job(j);
-                return Ok(Released::Dead);
-            }
-            Released::Counted
-        };
+        }
+        j.releases += 1;
+        j.attempt = j.attempt.saturating_sub(1);
         j.seq = g.next_seq();
         j.state = St::Ready;
         g.put_job(j);
-        Ok(out)
+        Ok(Released::Free)
     }
 
     async fn status(&self, id: &str) -> Result<Option<JobStatus>> {

@@ -52,36 +52,52 @@ pub(super) fn housekeeping(
             message: "the lease expired before an ack or nack".to_owned(),
             retryable: true,
         };
-        let mut history: Vec<Attempt> = serde_json::from_str(&history).map_err(json_err)?;
-        push_history(
-            &mut history,
-            Attempt {
-                attempt,
-                worker,
-                leased_at: leased_at as u64,
-                ended_at: now,
-                error: error.clone(),
-            },
-        );
-        let history = serde_json::to_string(&history).map_err(json_err)?;
-        if attempt >= max_attempts {
-            let error = serde_json::to_string(&error).map_err(json_err)?;
-            conn.prepare_cached(
-                "UPDATE jobs SET state = 'dead', error = ?2, history = ?3, ended_at = ?4, \
-                 token = NULL, fence = NULL, expires_at = NULL WHERE id = ?1",
-            )
-            .and_then(|mut st| st.execute(params![id, error, history, now as i64]))
-            .map_err(db_err)?;
+        let ended = Attempt {
+            attempt,
+            worker,
+            leased_at: leased_at as u64,
+            ended_at: now,
+            error,
+        };
+        if end_delivery(conn, c, &id, &history, ended, max_attempts)? {
             out.dead.push(id);
         } else {
-            conn.prepare_cached(
-                "UPDATE jobs SET state = 'ready', seq = ?2, history = ?3, \
-                 token = NULL, fence = NULL, expires_at = NULL WHERE id = ?1",
-            )
-            .and_then(|mut st| st.execute(params![id, c.next_seq() as i64, history]))
-            .map_err(db_err)?;
             out.expired.push(id);
         }
     }
     Ok(())
+}
+
+/// Ends job `id`'s delivery as an attempt that counts (an expired lease, a release past the free
+/// ones): `ended` joins its `history` (JSON), and it is dead-lettered with `ended.error` on its
+/// `max_attempts`-th attempt, else ready again. `true` when dead.
+pub(super) fn end_delivery(
+    conn: &Connection,
+    c: &mut Counters,
+    id: &str,
+    history: &str,
+    ended: Attempt,
+    max_attempts: u32,
+) -> Result<bool> {
+    let (attempt, now, error) = (ended.attempt, ended.ended_at, ended.error.clone());
+    let mut history: Vec<Attempt> = serde_json::from_str(history).map_err(json_err)?;
+    push_history(&mut history, ended);
+    let history = serde_json::to_string(&history).map_err(json_err)?;
+    if attempt >= max_attempts {
+        let error = serde_json::to_string(&error).map_err(json_err)?;
+        conn.prepare_cached(
+            "UPDATE jobs SET state = 'dead', error = ?2, history = ?3, ended_at = ?4, \
+             token = NULL, fence = NULL, expires_at = NULL WHERE id = ?1",
+        )
+        .and_then(|mut st| st.execute(params![id, error, history, now as i64]))
+        .map_err(db_err)?;
+        return Ok(true);
+    }
+    conn.prepare_cached(
+        "UPDATE jobs SET state = 'ready', seq = ?2, history = ?3, \
+         token = NULL, fence = NULL, expires_at = NULL WHERE id = ?1",
+    )
+    .and_then(|mut st| st.execute(params![id, c.next_seq() as i64, history]))
+    .map_err(db_err)?;
+    Ok(false)
 }

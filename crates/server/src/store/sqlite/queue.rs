@@ -11,7 +11,7 @@ use ternflow_core::protocol::{
     QueueDepth,
 };
 
-use super::housekeeping::housekeeping;
+use super::housekeeping::{end_delivery, housekeeping};
 use super::integrity::forget_written;
 use super::rows::{dlq_entry, job_status, opt_json, read_row, Row, JOB_COLS};
 use super::{db_err, json_err, SqliteStore, KEEP_FOREVER, PASS_LIMIT};
@@ -356,36 +356,20 @@ impl QueueStore for SqliteStore {
                 .map_err(db_err)?;
                 return Ok(Released::Free);
             }
-            let error = released_error(free);
-            let mut history: Vec<Attempt> = serde_json::from_str(&history).map_err(json_err)?;
-            push_history(
-                &mut history,
-                Attempt {
-                    attempt,
-                    worker: worker.unwrap_or_default(),
-                    leased_at: leased_at.unwrap_or(0) as u64,
-                    ended_at: now,
-                    error: error.clone(),
+            let ended = Attempt {
+                attempt,
+                worker: worker.unwrap_or_default(),
+                leased_at: leased_at.unwrap_or(0) as u64,
+                ended_at: now,
+                error: released_error(free),
+            };
+            Ok(
+                if end_delivery(conn, c, &id, &history, ended, max_attempts)? {
+                    Released::Dead
+                } else {
+                    Released::Counted
                 },
-            );
-            let history = serde_json::to_string(&history).map_err(json_err)?;
-            if attempt >= max_attempts {
-                let error = serde_json::to_string(&error).map_err(json_err)?;
-                conn.prepare_cached(
-                    "UPDATE jobs SET state = 'dead', error = ?2, history = ?3, ended_at = ?4, \
-                     token = NULL, fence = NULL, expires_at = NULL WHERE id = ?1",
-                )
-                .and_then(|mut st| st.execute(params![id, error, history, now as i64]))
-                .map_err(db_err)?;
-                return Ok(Released::Dead);
-            }
-            conn.prepare_cached(
-                "UPDATE jobs SET state = 'ready', seq = ?2, history = ?3, \
-                 token = NULL, fence = NULL, expires_at = NULL WHERE id = ?1",
             )
-            .and_then(|mut st| st.execute(params![id, c.next_seq() as i64, history]))
-            .map_err(db_err)?;
-            Ok(Released::Counted)
         })
         .await
     }
