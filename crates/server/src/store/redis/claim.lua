@@ -12,20 +12,13 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', delayed, '-inf', f(now), 'LIMIT'
   make_ready(id, p..':job:'..id, seqk, ready)
 end
 local dead, expired = {}, {}
+local expired_err = cjson.encode({code = 'lease_expired',
+  message = 'the lease expired before an ack or nack', retryable = true})
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', leased_k, '-inf', f(now), 'LIMIT', 0, 1000)) do
-  local k = p..':job:'..id
   redis.call('ZREM', leased_k, id)
-  local h = redis.call('HMGET', k, 'attempt', 'worker', 'leased_at')
-  local err = {code = 'lease_expired', message = 'the lease expired before an ack or nack', retryable = true}
-  push_history(p..':hist:'..id, cjson.encode({attempt = tonumber(h[1]), worker = h[2],
-    leased_at = tonumber(h[3]), ended_at = now, error = err}))
-  redis.call('HDEL', k, 'token', 'fence', 'expires_at')
-  if tonumber(h[1]) >= maxatt then
-    redis.call('HSET', k, 'state', 'dead', 'error', cjson.encode(err), 'dead_at', f(now))
-    redis.call('ZADD', dlq, f(now), id)
+  if end_delivery(id, p..':job:'..id, p..':hist:'..id, expired_err, maxatt, now, seqk, ready, dlq) then
     dead[#dead+1] = id
   else
-    make_ready(id, k, seqk, ready)
     expired[#expired+1] = id
   end
 end

@@ -26,6 +26,23 @@ local function make_ready(id, k, seqk, readyk)
   redis.call('HSET', k, 'state', 'ready', 'seq', f(seq))
   redis.call('ZADD', readyk, f(-pri * 1099511627776 + seq % 1099511627776), id)
 end
+-- Ends the delivery of leased job `id` (hash `k`, history list `hist`) as an attempt that counts
+-- (an expired lease, a release past the free ones): the attempt joins the history with the error
+-- `errjson`, and the job is dead-lettered (`dlqk`) on its `maxatt`-th attempt, else ready again.
+-- The caller has taken it out of the leased set. Returns true when dead.
+local function end_delivery(id, k, hist, errjson, maxatt, now, seqk, readyk, dlqk)
+  local h = redis.call('HMGET', k, 'attempt', 'worker', 'leased_at')
+  push_history(hist, cjson.encode({attempt = tonumber(h[1]), worker = h[2],
+    leased_at = tonumber(h[3]), ended_at = now, error = cjson.decode(errjson)}))
+  redis.call('HDEL', k, 'token', 'fence', 'expires_at')
+  if tonumber(h[1]) >= maxatt then
+    redis.call('HSET', k, 'state', 'dead', 'error', errjson, 'dead_at', f(now))
+    redis.call('ZADD', dlqk, f(now), id)
+    return true
+  end
+  make_ready(id, k, seqk, readyk)
+  return false
+end
 -- Draws `n` fences from the counter `fk`: returns `base`, the fences being base + 1 .. base + n.
 -- Never below `floor` (the server's clock in ms × 1000): when a failover or a restart lost the
 -- counter's latest increments, the fences drawn after it are still above every fence drawn
