@@ -103,6 +103,9 @@ pub struct Config {
     /// Most single-flight locks one token holds at once on this server; more get 429
     /// (`crate::lock_holds`).
     pub max_locks_per_token: usize,
+    /// Longest one token holds one lock on this server (ms), renewals and re-takes included;
+    /// then the key is other workers' for as long (`crate::lock_holds`).
+    pub max_lock_hold_ms: u64,
     /// Most open connections from one IP address; more are closed at once.
     pub max_connections_per_ip: usize,
     /// `POST /v1/embed` budget of one signed token per minute (token estimate,
@@ -156,6 +159,7 @@ impl Default for Config {
             tenant_idle_ms: 300_000,
             max_polls_per_token: 8,
             max_locks_per_token: 1_024,
+            max_lock_hold_ms: 600_000,
             max_connections_per_ip: 512,
             embed_tokens_per_min: 20_000,
             quotas: crate::quota::Quotas::default(),

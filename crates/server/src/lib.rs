@@ -20,7 +20,8 @@
 //! - [`quota`]: per-tenant quotas (queue, workers, embed budget).
 //! - [`workers`]: a tenant's worker table (snapshots pushed by its workers, bounded).
 //! - `limits`: per-token request rate, SSE streams, long polls, claims and embed budgets.
-//! - `lock_holds`: the single-flight locks each token holds on this server, capped.
+//! - `lock_holds`: the single-flight locks each token holds on this server, capped in number and
+//!   in how long it holds one key.
 //! - `serve`: [`run`], the accept loop (header timeout, connection bound, shutdown deadline).
 //! - [`clock`]: the injected [`Clock`] (system or fake).
 //! - [`state`]: [`AppState`], shared by every handler; it holds no tenant's data.

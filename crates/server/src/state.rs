@@ -115,6 +115,7 @@ impl AppState {
             limits: Arc::new(Limits::new(&config)),
             lock_holds: Arc::new(crate::lock_holds::LockHolds::new(
                 config.max_locks_per_token,
+                config.max_lock_hold_ms,
             )),
             series: Arc::new(Series::new(config.stats_samples)),
             config: Arc::new(config),

@@ -192,6 +192,15 @@ pub struct Args {
         env = "TERNFLOW_MAX_LOCKS_PER_TOKEN"
     )]
     pub max_locks_per_token: usize,
+    /// Longest one token may hold one lock on this server, renewals and re-takes included, in
+    /// milliseconds; then the key is other workers' for as long.
+    #[arg(
+        long,
+        default_value_t = 600_000,
+        value_name = "MS",
+        env = "TERNFLOW_MAX_LOCK_HOLD_MS"
+    )]
+    pub max_lock_hold_ms: u64,
     /// Most open connections from one client address (more are closed at once). Behind a
     /// proxy every client has the proxy's address: set it to --max-connections there.
     #[arg(
@@ -390,6 +399,7 @@ pub fn run(args: Args) -> CmdResult {
         tenant_idle_ms: args.tenant_idle_secs.saturating_mul(1_000),
         max_polls_per_token: args.max_polls_per_token,
         max_locks_per_token: args.max_locks_per_token,
+        max_lock_hold_ms: args.max_lock_hold_ms,
         engine_nice: args.engine_nice,
         max_connections_per_ip: args.max_connections_per_ip,
         embed_tokens_per_min: args.embed_tokens_per_min,
@@ -414,6 +424,9 @@ pub fn run(args: Args) -> CmdResult {
         || args.embed_tokens_per_min == 0
     {
         return Err("--max-polls-per-token, --max-locks-per-token, --max-connections-per-ip and --embed-tokens-per-min must be at least 1".into());
+    }
+    if args.max_lock_hold_ms == 0 {
+        return Err("--max-lock-hold-ms must be at least 1".into());
     }
     if args.max_lease_hold_ms < args.lease_ms {
         return Err(format!(

@@ -1,5 +1,6 @@
 //! `POST /v1/locks/{key}`, `POST /v1/locks/{key}/renew`, `DELETE /v1/locks/{key}`. What one
-//! token holds at once is capped per server (`crate::lock_holds`).
+//! token holds at once, and how long it holds one key, are capped per server
+//! (`crate::lock_holds`).
 
 use axum::http::StatusCode;
 use axum::Extension;
@@ -21,16 +22,18 @@ pub(crate) async fn acquire(
     OptionalJson(req): OptionalJson<LockRequest>,
 ) -> Result<Json<LockGrant>> {
     valid_id(&key)?;
-    let ttl = state.config.lock_ttl(req.ttl_ms);
+    let mut ttl = state.config.lock_ttl(req.ttl_ms);
     let now = state.now();
     if let Some(Extension(c)) = &caller {
-        state.lock_holds.admit(c, now)?;
+        ttl = state.lock_holds.admit(c, &key, ttl, now)?;
     }
     match state.store.lock_acquire(&key, ttl, now).await? {
         LockOutcome::Granted(g) => {
             state.metrics.add(|c| &c.lock_acquired, 1);
             if let Some(Extension(c)) = &caller {
-                state.lock_holds.granted(c, &key, &g.token, g.expires_at);
+                state
+                    .lock_holds
+                    .granted(c, &key, &g.token, g.expires_at, now);
             }
             state.track_lock(&format!("{}/{key}", state.tenant), &g.token, g.expires_at);
             Ok(Json(g))
@@ -55,15 +58,26 @@ pub(crate) async fn renew(
     Json(req): Json<LockToken>,
 ) -> Result<Json<LockGrant>> {
     valid_id(&key)?;
-    let ttl = state.config.lock_ttl(req.ttl_ms);
-    match state
-        .store
-        .lock_renew(&key, &req.token, ttl, state.now())
-        .await?
-    {
+    let mut ttl = state.config.lock_ttl(req.ttl_ms);
+    let now = state.now();
+    if let Some(Extension(c)) = &caller {
+        ttl = state.lock_holds.renewal(c, &key, ttl, now).ok_or_else(|| {
+            Error::conflict(
+                ErrorCode::LockLost,
+                format!(
+                    "this token has held the lock for {} s, the longest one token may; it runs \
+                     out at its expiry",
+                    state.config.max_lock_hold_ms / 1_000
+                ),
+            )
+        })?;
+    }
+    match state.store.lock_renew(&key, &req.token, ttl, now).await? {
         Some(g) => {
             if let Some(Extension(c)) = &caller {
-                state.lock_holds.granted(c, &key, &g.token, g.expires_at);
+                state
+                    .lock_holds
+                    .granted(c, &key, &g.token, g.expires_at, now);
             }
             state.track_lock(&format!("{}/{key}", state.tenant), &g.token, g.expires_at);
             Ok(Json(g))
@@ -84,7 +98,7 @@ pub(crate) async fn release(
     valid_id(&key)?;
     if let Some(Extension(c)) = &caller {
         // Forgotten even when the store no longer has it (expired, taken over): not held.
-        state.lock_holds.released(c, &key, &req.token);
+        state.lock_holds.released(c, &key, &req.token, state.now());
     }
     if state.store.lock_release(&key, &req.token).await? {
         state.metrics.add(|c| &c.lock_released, 1);

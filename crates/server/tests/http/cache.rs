@@ -173,6 +173,78 @@ async fn lock_contention_and_compare_and_delete() {
     assert!(r.text.contains("ternflow_locks_held 0\n"));
 }
 
+/// One token holds one key at most `max_lock_hold_ms`, renewals and re-takes included: each grant
+/// and renewal runs to the hold's end at the latest, then the key is refused to that token (429)
+/// until it has left it alone as long; other tokens take it.
+#[tokio::test]
+async fn a_token_holds_one_lock_at_most_the_hold() {
+    let (state, clock) = state_with(Config {
+        max_lock_hold_ms: 60_000,
+        ..Config::default()
+    });
+    let api = Api(app(state));
+    let ttl = json!({"ttl_ms": 30_000});
+    let r = api.post(Some(WORKER), "/v1/locks/h", ttl.clone()).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let t0 = r.json["expires_at"].as_u64().unwrap() - 30_000;
+    let token = r.json["token"].as_str().unwrap().to_owned();
+    // Released after 20 s and taken again: the 20 s count.
+    clock.advance(20_000);
+    let r = api
+        .delete_with(Some(WORKER), "/v1/locks/h", json!({"token": token}))
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let r = api.post(Some(WORKER), "/v1/locks/h", ttl.clone()).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["expires_at"].as_u64().unwrap(), t0 + 50_000);
+    let token = r.json["token"].as_str().unwrap().to_owned();
+    // Renewed 25 s later: 15 s of the hold are left, so the lock runs 15 s, not 30.
+    clock.advance(25_000);
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/locks/h/renew",
+            json!({"token": token, "ttl_ms": 30_000}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(
+        r.json["expires_at"].as_u64().unwrap(),
+        t0 + 60_000,
+        "cut to the hold's end"
+    );
+    clock.advance(15_000);
+    let r = api
+        .post(Some(WORKER), "/v1/locks/h/renew", json!({"token": token}))
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+    assert_eq!(error_code(&r.json), "lock_lost");
+    let r = api.post(Some(WORKER), "/v1/locks/h", ttl.clone()).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.text);
+    assert_eq!(
+        r.headers["retry-after"], "60",
+        "until it has left the key alone for a hold"
+    );
+    let r = api.post(Some(WORKER), "/v1/locks/other", ttl.clone()).await;
+    assert_eq!(r.status, StatusCode::OK, "other keys: {}", r.text);
+    let r = api
+        .post_empty(Some(crate::common::WORKER_B64), "/v1/locks/h")
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "other tokens: {}", r.text);
+    let token_b = r.json["token"].as_str().unwrap().to_owned();
+    let r = api
+        .delete_with(
+            Some(crate::common::WORKER_B64),
+            "/v1/locks/h",
+            json!({"token": token_b}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    clock.advance(60_000);
+    let r = api.post(Some(WORKER), "/v1/locks/h", ttl).await;
+    assert_eq!(r.status, StatusCode::OK, "a hold later: {}", r.text);
+}
+
 /// One token holds at most `max_locks_per_token` locks at once on a server: past it an acquire
 /// answers 429 with `Retry-After` (until its first lock expires), another token is not
 /// counted, and a release or an expiry makes room.
