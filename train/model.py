@@ -95,9 +95,10 @@ def quant_embedding(E, fmt):
     raise ValueError(fmt)
 
 
-def forward(p, ids, mask, quant=True, emb_format=None, heads=6, return_tokens=False):
+def forward(p, ids, mask, quant=True, emb_format=None, heads=6, return_tokens=False, pooled=False):
     """ids, mask: [B,T] int32.  Returns L2-normalised [B,O] float32; with return_tokens also the
-    projected final token states [B,T,O] (before pooling; for token-level distillation)."""
+    projected final token states [B,T,O] (before pooling; for token-level distillation); with pooled
+    the mean-pooled final states [B,D] instead, before the projection (train/head.py fits it)."""
     if emb_format and emb_format != "fp32":
         # fake-quantise only the rows in use (cheap), exactly like the whole table would be
         rows = quant_embedding(p["emb"][ids.reshape(-1)], emb_format)
@@ -124,6 +125,8 @@ def forward(p, ids, mask, quant=True, emb_format=None, heads=6, return_tokens=Fa
     x = ln(x, p["lnf_w"], p["lnf_b"])
     m = mask.astype(jnp.float32)[..., None]
     e = (x * m).sum(1) / jnp.maximum(m.sum(1), 1.0)
+    if pooled:
+        return e
     e = e @ p["proj"].T + p["proj_b"]
     e = e / jnp.maximum(jnp.linalg.norm(e, axis=-1, keepdims=True), 1e-12)
     if return_tokens:

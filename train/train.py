@@ -80,10 +80,11 @@ def make_buckets(ids):
     return {b: np.array(v) for b, v in bk.items() if len(v)}
 
 
-def embed_student(params, ids, quant=True, emb_format=None, batch=256):
-    """Embed token-id lists with the training forward (length-sorted, bucketed)."""
+def embed_student(params, ids, quant=True, emb_format=None, batch=256, pooled=False):
+    """Embed token-id lists with the training forward (length-sorted, bucketed); pooled: the
+    mean-pooled states before the projection instead (model.forward)."""
     order = np.argsort([len(x) for x in ids], kind="stable")
-    out = np.zeros((len(ids), params["proj"].shape[0]), np.float32)
+    out = np.zeros((len(ids), params["proj"].shape[1 if pooled else 0]), np.float32)
     for i in range(0, len(order), batch):
         idx = order[i:i + batch]
         L = bucket_of(max(len(ids[k]) for k in idx))
@@ -93,11 +94,12 @@ def embed_student(params, ids, quant=True, emb_format=None, batch=256):
             a = np.concatenate([a, np.zeros((batch - n, L), np.int32)])
             m = np.concatenate([m, np.zeros((batch - n, L), np.int32)])
             m[n:, 0] = 1
-        out[idx] = np.asarray(_fwd_eval(params, jnp.asarray(a), jnp.asarray(m), quant, emb_format))[:n]
+        out[idx] = np.asarray(_fwd_eval(params, jnp.asarray(a), jnp.asarray(m), quant, emb_format,
+                                        pooled=pooled))[:n]
     return out
 
 
-_fwd_eval = jax.jit(M.forward, static_argnames=("quant", "emb_format", "heads"))
+_fwd_eval = jax.jit(M.forward, static_argnames=("quant", "emb_format", "heads", "pooled"))
 
 
 def spearman(a, b):
