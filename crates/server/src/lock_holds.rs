@@ -14,9 +14,10 @@
 //! - **How long**: one token holds one key for at most the hold, across renewals, as a delivery
 //!   holds its job; a grant or a renewal runs to the hold's end at the latest, and a renewal past
 //!   it answers 409 `lock_lost`. Releasing and taking the key again does not start a new hold:
-//!   the time adds up until the token has left the key alone for one hold, and a token that used
-//!   its hold up gets 429 for that key until then. So a token holds a key at most half the time,
-//!   and an honest worker (who holds a key for seconds) never meets the limit.
+//!   the time adds up until the token has left the key alone as long as it held it, and a token
+//!   that used its hold up gets 429 for that key until it has left it alone for a whole hold. So
+//!   a token holds a key at most half the time, and an honest worker (who holds a key for the
+//!   seconds an embedding takes) never meets the limit, nor is remembered for longer.
 //!
 //! Per server, as a token's request rate, streams and long polls are (the crate's `limits`
 //! module): they bound what one token holds through one server. Two acquires of one token racing
@@ -34,8 +35,8 @@ use crate::identity::Identity as Caller;
 struct Key {
     /// The live lock: its token, when its hold began (ms) and when it expires.
     lock: Option<(String, u64, u64)>,
-    /// Time (ms) the key was held in the holds that ended, since the token last left it alone for
-    /// a whole hold.
+    /// Time (ms) the key was held in the holds that ended, since the token last left it alone as
+    /// long as it had held it.
     used: u64,
     /// When the last hold ended (released or expired).
     ended: u64,
@@ -93,14 +94,14 @@ impl LockHolds {
         self.keys.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Settles `mine` at `now`: expired locks end, keys left alone for a whole hold are
-    /// forgotten, and past `max` keys not held the ones left alone longest are forgotten first
-    /// (so a token's record stays under twice the cap).
+    /// Settles `mine` at `now`: expired locks end, keys left alone as long as they were held
+    /// (at most a hold) are forgotten, and past `max` keys not held the ones left alone longest
+    /// are forgotten first (so a token's record stays under twice the cap).
     fn settle(&self, mine: &mut HashMap<String, Key>, now: u64) {
         let hold = self.hold;
         mine.retain(|_, k| {
             k.settle(now);
-            k.live() || now < k.ended.saturating_add(hold)
+            k.live() || now < k.ended.saturating_add(k.used.min(hold))
         });
         let idle = mine.values().filter(|k| !k.live()).count();
         if idle > self.max {
@@ -121,7 +122,7 @@ impl LockHolds {
     ///
     /// # Errors
     /// 429 with `Retry-After` when the token holds the most locks it may (until its first one
-    /// expires), or has held `key` for the whole hold (until it has left the key alone for one).
+    /// expires), or has held `key` for the whole hold (until it has left the key alone as long).
     pub(crate) fn admit(&self, caller: &Caller, key: &str, ttl_ms: u64, now: u64) -> Result<u64> {
         let mut g = self.lock();
         let Some(mine) = g.get_mut(&caller.key) else {
@@ -200,7 +201,7 @@ impl LockHolds {
     }
 
     /// Ends a lock `caller` released (when it still holds it with `token`) at `now`; the key is
-    /// remembered for one hold.
+    /// remembered as long as it was held.
     pub(crate) fn released(&self, caller: &Caller, key: &str, token: &str, now: u64) {
         let mut g = self.lock();
         let Some(mine) = g.get_mut(&caller.key) else {
@@ -217,8 +218,8 @@ impl LockHolds {
         }
     }
 
-    /// Ends expired locks and forgets keys left alone for a hold, and tokens with none left (the
-    /// sweeper, every few seconds).
+    /// Ends expired locks, forgets keys left alone as long as they were held and tokens with none
+    /// left (the sweeper, every few seconds).
     pub(crate) fn tidy(&self, now: u64) {
         self.lock().retain(|_, mine| {
             self.settle(mine, now);
@@ -287,7 +288,7 @@ mod tests {
         h.tidy(700_000);
         assert!(
             h.lock().is_empty(),
-            "tidy forgets keys left alone for a hold, and tokens with none"
+            "tidy forgets keys left alone as long as they were held, and tokens with none"
         );
     }
 
@@ -340,6 +341,25 @@ mod tests {
             h.granted(&a, "k", &format!("t{i}"), now + ttl, now);
             h.released(&a, "k", &format!("t{i}"), now + 50);
         }
+    }
+
+    #[test]
+    fn a_key_left_alone_as_long_as_it_was_held_starts_afresh() {
+        let h = LockHolds::new(8, 100_000);
+        let a = caller(1);
+        h.admit(&a, "k", 30_000, 0).unwrap();
+        h.granted(&a, "k", "t1", 30_000, 0);
+        h.released(&a, "k", "t1", 30_000);
+        assert_eq!(
+            h.admit(&a, "k", 100_000, 59_999).unwrap(),
+            70_000,
+            "30 s used"
+        );
+        assert_eq!(
+            h.admit(&a, "k", 100_000, 60_000).unwrap(),
+            100_000,
+            "left alone 30 s: a whole hold again"
+        );
     }
 
     #[test]
