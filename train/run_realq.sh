@@ -56,6 +56,13 @@
 # then 20 at 1e-4 from its end (packed to a file first, as --init takes):
 #   RUN=realq17 INIT=$TERN_WORK/stage16.bin BUDGET=45 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=5e-4 NEAR=1 EMA=0.999 CORR=1 SEED=17 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 #   RUN=realq18 INIT=$TERN_WORK/realq17/ternlight-int4.bin BUDGET=20 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=1e-4 NEAR=1 EMA=0.999 CORR=1 SEED=18 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# realq19 (2026-12-06, from stage 17): the low rate from the folded model; level (0.87181 -> 0.87177
+# over 700 steps), stopped:
+#   RUN=realq19 INIT=models/ternlight-int4.bin BUDGET=80 EXTRA_SHARE=0.35 EXTRA_WEIGHT=web=50,questions=20,dup=30 LR=1e-4 NEAR=1 EMA=0.999 CORR=1 SEED=19 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+# dupspec and webspec (same day, diagnostics, not for shipping): a run given over to one domain,
+# stopped at step 1 200 and packed from ema_last.npz (model card, "After stage 17"):
+#   RUN=dupspec INIT=models/ternlight-int4.bin BUDGET=30 EXTRA_SHARE=0.6 EXTRA_WEIGHT=web=0,questions=0,dup=100 LR=2e-4 NEAR=1 EMA=0.999 CORR=1 SEED=21 TERN_WORK=… DETACH=1 bash train/run_realq.sh
+#   RUN=webspec INIT=models/ternlight-int4.bin BUDGET=30 EXTRA_SHARE=0.8 EXTRA_WEIGHT=web=100,questions=0,dup=0 LR=2e-4 NEAR=1 EMA=0.999 CORR=1 SEED=22 TERN_WORK=… DETACH=1 bash train/run_realq.sh
 # The call line below is `main "$@"; exit`: bash reads a whole line before running it, so nothing
 # after it is read and the file may be edited while a run is under way (a function alone is not
 # enough: after main returns bash reads on from where the call line ended).
