@@ -380,6 +380,9 @@ async fn a_foreign_job_whose_last_lease_expires_is_dead_lettered() {
             .all(|h| h["error"]["code"] == "lease_expired"),
         "{j}"
     );
+    // Every expired delivery is the token's, by its signed `sub`, whatever name the worker gave.
+    assert!(history.len() as u32 > cfg.max_attempts, "{j}");
+    assert!(history.iter().all(|h| h["sub"] == "mallory"), "{j}");
     assert_eq!(state.metrics().counter_value("jobs_dead"), 1);
 }
 

@@ -109,7 +109,7 @@ async fn a_master_killed_under_load_loses_no_confirmed_job() {
             let name = format!("w{w}");
             let mut idle_since: Option<Instant> = None;
             loop {
-                let claimed = match store.claim(&name, 8, LEASE_MS, 1_000, now()).await {
+                let claimed = match store.claim(&name, None, 8, LEASE_MS, 1_000, now()).await {
                     Ok(c) => c,
                     Err(e) => {
                         log.lock().unwrap().error(e);

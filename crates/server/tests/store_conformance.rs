@@ -104,7 +104,7 @@ async fn sqlite_reopen_keeps_leases_locks_and_growing_fences() {
         s.enqueue(vec![job("a"), job("b"), job("c")], 10)
             .await
             .unwrap();
-        let c = s.claim("w", 2, 1_000, 5, 10).await.unwrap();
+        let c = s.claim("w", None, 2, 1_000, 5, 10).await.unwrap();
         b_lease = c.jobs[1].lease.clone();
         s.ack("a", &c.jobs[0].lease.token, result(), 10)
             .await
@@ -152,7 +152,7 @@ async fn sqlite_reopen_keeps_leases_locks_and_growing_fences() {
     );
     let d = s.depth(10).await.unwrap();
     assert_eq!((d.ready, d.leased), (1, 1));
-    let c = s.claim("w", 5, 1_000, 5, 2_000).await.unwrap();
+    let c = s.claim("w", None, 5, 1_000, 5, 2_000).await.unwrap();
     assert_eq!(c.jobs.len(), 2, "c, and b after its lease expired");
     assert!(
         c.jobs.iter().all(|j| j.lease.fence > lock.fence),
@@ -179,8 +179,9 @@ fn cache_table_sql(dir: &std::path::Path) -> String {
     .unwrap()
 }
 
-/// A database made before jobs counted their releases gains the column on open: a job leased
-/// then is released as one that never was released (free), and counted past the free ones.
+/// A database made before jobs counted their releases (and kept who holds a lease) gains the
+/// columns on open: a job leased then is released as one that never was released (free), and
+/// counted past the free ones.
 #[tokio::test]
 async fn sqlite_migrates_jobs_without_release_counts() {
     let dir = tempfile::tempdir().unwrap();
@@ -205,7 +206,7 @@ async fn sqlite_migrates_jobs_without_release_counts() {
         s.release("j", "tk", 1, 5, 100).await.unwrap(),
         Released::Free
     );
-    let c = s.claim("w", 1, 1_000, 5, 200).await.unwrap();
+    let c = s.claim("w", None, 1, 1_000, 5, 200).await.unwrap();
     assert_eq!(c.jobs[0].attempt, 1, "the free release used no attempt");
     assert_eq!(
         s.release("j", &c.jobs[0].lease.token, 1, 5, 300)
@@ -329,16 +330,16 @@ async fn sqlite_done_retention_forgets_finished_jobs() {
     {
         let s = sqlite_keeping_done_for(dir.path(), 1_000);
         s.enqueue(vec![job("a"), job("b")], 10).await.unwrap();
-        let c = s.claim("w", 1, 60_000, 5, 10).await.unwrap();
+        let c = s.claim("w", None, 1, 60_000, 5, 10).await.unwrap();
         s.ack("a", &c.jobs[0].lease.token, result(), 100)
             .await
             .unwrap();
-        s.claim("w", 0, 60_000, 5, 1_099).await.unwrap();
+        s.claim("w", None, 0, 60_000, 5, 1_099).await.unwrap();
         assert!(
             s.status("a").await.unwrap().is_some(),
             "kept for the retention"
         );
-        s.claim("w", 0, 60_000, 5, 1_100).await.unwrap();
+        s.claim("w", None, 0, 60_000, 5, 1_100).await.unwrap();
         assert!(s.status("a").await.unwrap().is_none(), "forgotten after it");
         assert!(
             s.status("b").await.unwrap().is_some(),
@@ -361,7 +362,7 @@ async fn redis_done_retention_forgets_finished_jobs() {
         .unwrap()
         .with_done_retention(200);
     s.enqueue(vec![job("a")], 10).await.unwrap();
-    let c = s.claim("w", 1, 60_000, 5, 10).await.unwrap();
+    let c = s.claim("w", None, 1, 60_000, 5, 10).await.unwrap();
     s.ack("a", &c.jobs[0].lease.token, result(), 10)
         .await
         .unwrap();
@@ -385,7 +386,7 @@ async fn redis_scan_reads_the_old_done_index_then_the_new() {
     s.enqueue(ids.iter().map(|id| job(id)).collect(), 10)
         .await
         .unwrap();
-    let claimed = s.claim("w", 11, 60_000, 5, 10).await.unwrap().jobs;
+    let claimed = s.claim("w", None, 11, 60_000, 5, 10).await.unwrap().jobs;
     // Seven through ack_many, four through ack.
     let (many, one) = claimed.split_at(7);
     let acks = many
@@ -484,7 +485,7 @@ where
     use ternflow_core::protocol::CacheEntry;
     use ternflow_server::store::Written;
     s.enqueue(vec![job("a"), job("b")], 10).await.unwrap();
-    let c = s.claim("w", 1, 60_000, 5, 10).await.unwrap();
+    let c = s.claim("w", None, 1, 60_000, 5, 10).await.unwrap();
     s.ack(&c.jobs[0].id, &c.jobs[0].lease.token, result(), 10)
         .await
         .unwrap();
@@ -510,7 +511,7 @@ where
     .unwrap();
     s.note_written("w2", items(&["c:m:short"])).await.unwrap();
     // Past the retention (a claim runs the pass), the sweep and a delete.
-    s.claim("w", 1, 60_000, 5, 1_000).await.unwrap();
+    s.claim("w", None, 1, 60_000, 5, 1_000).await.unwrap();
     s.sweep(1_000, 100).await.unwrap();
     assert!(s.cache_delete("m:deleted").await.unwrap());
     assert!(s.status("a").await.unwrap().is_none(), "a is forgotten");

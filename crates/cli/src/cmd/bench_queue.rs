@@ -116,7 +116,7 @@ async fn bench(args: Args) -> CmdResult {
             tasks.push(tokio::spawn(async move {
                 let name = format!("w{w}");
                 loop {
-                    let c = s.claim(&name, batch as u32, 60_000, 5, now()).await?;
+                    let c = s.claim(&name, None, batch as u32, 60_000, 5, now()).await?;
                     if c.jobs.is_empty() {
                         return Ok::<_, ternflow_server::Error>(());
                     }

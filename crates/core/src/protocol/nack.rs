@@ -112,8 +112,13 @@ pub struct NackBatchResponse {
 pub struct Attempt {
     /// Attempt number (1-based).
     pub attempt: u32,
-    /// Worker that held the lease.
+    /// Worker that held the lease (the name it gave: self-reported, for people to read).
     pub worker: String,
+    /// Who held the lease: the claiming token's writer identity (a signed token's `sub`, as in
+    /// provenance), recorded by the server. Absent for claims without a token and for
+    /// deliveries recorded before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub: Option<String>,
     /// When the lease was granted.
     pub leased_at: u64,
     /// When it ended (nack or expiry).

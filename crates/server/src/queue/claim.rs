@@ -17,8 +17,9 @@ use crate::tenants::Ctx;
 /// How often a long-poll re-checks for due delayed jobs and expired leases.
 const POLL_TICK: Duration = Duration::from_millis(250);
 
-/// Leases up to `max` jobs to `worker` (checked by the route), waiting up to `wait` while none is
-/// ready; an empty list once `wait` has passed. Jobs enqueued without a model get `model_id`,
+/// Leases up to `max` jobs to `worker` (checked by the route; `sub`: the caller's writer identity,
+/// recorded with each lease for the history of a delivery that fails), waiting up to `wait` while
+/// none is ready; an empty list once `wait` has passed. Jobs enqueued without a model get `model_id`,
 /// the claiming worker's. `show_provenance`: whether a cached entry keeps its writer (the
 /// operator sees it; a worker does not learn who wrote what).
 ///
@@ -27,6 +28,7 @@ const POLL_TICK: Duration = Duration::from_millis(250);
 pub(crate) async fn claim_waiting(
     state: &Ctx,
     worker: &str,
+    sub: Option<&str>,
     max: u32,
     model_id: Option<&str>,
     wait: Duration,
@@ -51,7 +53,7 @@ pub(crate) async fn claim_waiting(
         };
         let mut claimed = state
             .store
-            .claim(worker, max, state.config.lease_ms, limit, now)
+            .claim(worker, sub, max, state.config.lease_ms, limit, now)
             .await?;
         if checked {
             past_their_attempts(state, &mut claimed.jobs, now).await?;

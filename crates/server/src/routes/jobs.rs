@@ -192,6 +192,7 @@ pub(crate) async fn claim(
     let jobs = claim_waiting(
         &state,
         &req.worker,
+        caller.as_ref().map(|Extension(c)| &*c.sub),
         req.max,
         req.model_id.as_deref(),
         wait,

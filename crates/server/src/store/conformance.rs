@@ -84,6 +84,7 @@ macro_rules! store_conformance_tests {
             nack_backoff_dead_letter_redrive,
             release_hands_back,
             releases_past_the_free_ones_count,
+            history_names_who_held_each_lease,
             cache_fences_and_ttl,
             cache_put_needs_a_lock_fence,
             sweep_removes_expired_entries_and_locks,
@@ -169,7 +170,7 @@ pub async fn ack_refuses_a_result_of_another_model<S: Store>(s: S) {
     s.enqueue(vec![job("a", 0, T0), job("b", 0, T0)], T0)
         .await
         .unwrap();
-    let c = s.claim("w", 2, 30_000, 5, T0).await.unwrap();
+    let c = s.claim("w", None, 2, 30_000, 5, T0).await.unwrap();
     let lease = |id: &str| {
         c.jobs
             .iter()
@@ -259,7 +260,7 @@ pub async fn provenance_index_and_undo<S: Store>(s: S) {
     s.enqueue(vec![job("a", 0, T0), job("b", 0, T0)], T0)
         .await
         .unwrap();
-    let c = s.claim("w", 2, 30_000, 5, T0).await.unwrap();
+    let c = s.claim("w", None, 2, 30_000, 5, T0).await.unwrap();
     for j in &c.jobs {
         let r = JobResult {
             by: Some(by("liar")),
@@ -315,7 +316,7 @@ pub async fn provenance_index_and_undo<S: Store>(s: S) {
             .is_empty(),
         "only finished jobs are re-queued"
     );
-    let again = s.claim("w2", 5, 30_000, 5, T0 + 4).await.unwrap();
+    let again = s.claim("w2", None, 5, 30_000, 5, T0 + 4).await.unwrap();
     assert_eq!(
         again.jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
         vec!["a"],
@@ -352,7 +353,7 @@ pub async fn cache_entries_keep_their_writer<S: Store>(s: S) {
 pub async fn scan_done_reads_every_finished_job<S: Store>(s: S) {
     let jobs: Vec<JobRecord> = (0..25).map(|i| job(&format!("s{i:02}"), 0, T0)).collect();
     s.enqueue(jobs, T0).await.unwrap();
-    let claimed = s.claim("w", 25, 10_000, 5, T0).await.unwrap().jobs;
+    let claimed = s.claim("w", None, 25, 10_000, 5, T0).await.unwrap().jobs;
     assert_eq!(claimed.len(), 25);
     let mut done = std::collections::BTreeSet::new();
     for (i, j) in claimed.iter().enumerate() {
@@ -404,7 +405,7 @@ pub async fn enqueue_dedups<S: Store>(s: S) {
         [("a", true), ("b", true), ("a", false)],
         "dedup in a batch"
     );
-    let c = s.claim("w", 1, 1_000, 5, T0).await.unwrap();
+    let c = s.claim("w", None, 1, 1_000, 5, T0).await.unwrap();
     let tok = c.jobs[0].lease.token.clone();
     assert!(matches!(
         s.ack("a", &tok, result(), T0).await.unwrap(),
@@ -431,7 +432,7 @@ pub async fn claim_orders_by_priority_then_fifo<S: Store>(s: S) {
     )
     .await
     .unwrap();
-    let c = s.claim("w", 3, 1_000, 5, T0).await.unwrap();
+    let c = s.claim("w", None, 3, 1_000, 5, T0).await.unwrap();
     let ids: Vec<_> = c.jobs.iter().map(|j| j.id.as_str()).collect();
     assert_eq!(ids, ["hi", "n1", "n2"], "priority, then FIFO");
     assert!(c.jobs.iter().all(|j| j.attempt == 1));
@@ -463,18 +464,18 @@ pub async fn fifo_holds_across_batches<S: Store>(s: S) {
         .unwrap();
     s.enqueue(vec![job("late", 0, T0 + 10)], T0).await.unwrap();
     s.enqueue(vec![job("c", 0, T0)], T0).await.unwrap();
-    let c = s.claim("w", 2, 1_000, 5, T0).await.unwrap();
+    let c = s.claim("w", None, 2, 1_000, 5, T0).await.unwrap();
     let ids: Vec<_> = c.jobs.iter().map(|j| j.id.as_str()).collect();
     assert_eq!(ids, ["a", "b"]);
     s.enqueue(vec![job("d", 0, T0 + 5), job("e", 1, T0 + 5)], T0 + 5)
         .await
         .unwrap();
-    let c = s.claim("w", 1, 1_000, 5, T0 + 5).await.unwrap();
+    let c = s.claim("w", None, 1, 1_000, 5, T0 + 5).await.unwrap();
     assert_eq!(
         c.jobs[0].id, "e",
         "a higher priority first, whatever its batch"
     );
-    let c = s.claim("w", 10, 1_000, 5, T0 + 20).await.unwrap();
+    let c = s.claim("w", None, 10, 1_000, 5, T0 + 20).await.unwrap();
     let ids: Vec<_> = c.jobs.iter().map(|j| j.id.as_str()).collect();
     assert_eq!(
         ids,
@@ -503,7 +504,7 @@ pub async fn delayed_jobs_wait<S: Store>(s: S) {
     );
     assert_eq!(s.depth(T0).await.unwrap().delayed, 1);
     assert!(s
-        .claim("w", 1, 1_000, 5, T0 + 499)
+        .claim("w", None, 1, 1_000, 5, T0 + 499)
         .await
         .unwrap()
         .jobs
@@ -513,14 +514,14 @@ pub async fn delayed_jobs_wait<S: Store>(s: S) {
         1,
         "due counts as ready"
     );
-    let c = s.claim("w", 1, 1_000, 5, T0 + 500).await.unwrap();
+    let c = s.claim("w", None, 1, 1_000, 5, T0 + 500).await.unwrap();
     assert_eq!(c.jobs.len(), 1, "delayed job delivered when due");
 }
 
 /// A conformance case (see the [module docs](self)).
 pub async fn heartbeat_and_ack<S: Store>(s: S) {
     s.enqueue(vec![job("j", 0, T0)], T0).await.unwrap();
-    let c = s.claim("w", 1, 1_000, 5, T0).await.unwrap();
+    let c = s.claim("w", None, 1, 1_000, 5, T0).await.unwrap();
     let lease = c.jobs[0].lease.clone();
     let hb = s
         .heartbeat("j", &lease.token, 2_000, HOLD, T0 + 900)
@@ -535,7 +536,7 @@ pub async fn heartbeat_and_ack<S: Store>(s: S) {
         .is_none());
     // Not re-delivered before the extended expiry.
     assert!(s
-        .claim("w2", 1, 1_000, 5, T0 + 2_000)
+        .claim("w2", None, 1, 1_000, 5, T0 + 2_000)
         .await
         .unwrap()
         .jobs
@@ -582,7 +583,7 @@ pub async fn heartbeats_stop_at_the_hold<S: Store>(s: S) {
     s.enqueue(vec![job("a", 0, T0), job("b", 0, T0)], T0)
         .await
         .unwrap();
-    let c = s.claim("w", 2, 1_000, 5, T0).await.unwrap();
+    let c = s.claim("w", None, 2, 1_000, 5, T0).await.unwrap();
     let lease = |id: &str| c.jobs.iter().find(|j| j.id == id).unwrap().lease.clone();
     let (a, b) = (lease("a"), lease("b"));
     // A heartbeat extends a lease, but never past the hold after the delivery began.
@@ -615,7 +616,7 @@ pub async fn heartbeats_stop_at_the_hold<S: Store>(s: S) {
         [None]
     );
     // The jobs are delivered again after their capped expiry, as any expired lease.
-    let again = s.claim("w2", 2, 1_000, 5, T0 + 1_201).await.unwrap();
+    let again = s.claim("w2", None, 2, 1_000, 5, T0 + 1_201).await.unwrap();
     assert_eq!(again.jobs.len(), 2);
     assert!(again.jobs.iter().all(|j| j.attempt == 2));
 }
@@ -625,7 +626,7 @@ pub async fn heartbeat_many_answers_each<S: Store>(s: S) {
     s.enqueue(vec![job("a", 0, T0), job("b", 0, T0), job("c", 0, T0)], T0)
         .await
         .unwrap();
-    let c = s.claim("w", 3, 1_000, 5, T0).await.unwrap();
+    let c = s.claim("w", None, 3, 1_000, 5, T0).await.unwrap();
     let lease = |id: &str| c.jobs.iter().find(|j| j.id == id).unwrap().lease.clone();
     let (a, b, cc) = (lease("a"), lease("b"), lease("c"));
     assert_eq!(
@@ -661,7 +662,7 @@ pub async fn heartbeat_many_answers_each<S: Store>(s: S) {
          nothing for the others"
     );
     assert!(
-        s.claim("w2", 3, 1_000, 5, T0 + 5_000)
+        s.claim("w2", None, 3, 1_000, 5, T0 + 5_000)
             .await
             .unwrap()
             .jobs
@@ -678,14 +679,19 @@ pub async fn heartbeat_many_answers_each<S: Store>(s: S) {
 /// A conformance case (see the [module docs](self)).
 pub async fn expired_lease_is_redelivered<S: Store>(s: S) {
     s.enqueue(vec![job("j", 0, T0)], T0).await.unwrap();
-    let first = s.claim("w1", 1, 1_000, 5, T0).await.unwrap().jobs.remove(0);
+    let first = s
+        .claim("w1", None, 1, 1_000, 5, T0)
+        .await
+        .unwrap()
+        .jobs
+        .remove(0);
     assert!(s
-        .claim("w2", 1, 1_000, 5, T0 + 999)
+        .claim("w2", None, 1, 1_000, 5, T0 + 999)
         .await
         .unwrap()
         .jobs
         .is_empty());
-    let c = s.claim("w2", 1, 1_000, 5, T0 + 1_000).await.unwrap();
+    let c = s.claim("w2", None, 1, 1_000, 5, T0 + 1_000).await.unwrap();
     assert_eq!(c.expired, ["j"]);
     let second = &c.jobs[0];
     assert_eq!((second.id.as_str(), second.attempt), ("j", 2));
@@ -704,7 +710,7 @@ pub async fn expired_lease_is_redelivered<S: Store>(s: S) {
         AckOutcome::Stale
     );
     // Expiry of the last allowed attempt dead-letters the job.
-    let c = s.claim("w3", 1, 1_000, 2, T0 + 2_000).await.unwrap();
+    let c = s.claim("w3", None, 1, 1_000, 2, T0 + 2_000).await.unwrap();
     assert_eq!(c.dead, ["j"]);
     assert!(c.jobs.is_empty());
     let dlq = s.dlq(10).await.unwrap();
@@ -721,7 +727,7 @@ pub async fn nack_backoff_dead_letter_redrive<S: Store>(s: S) {
         .unwrap();
     let mut now = T0;
     for attempt in 1..=3u32 {
-        let c = s.claim("w", 2, 1_000, 3, now).await.unwrap();
+        let c = s.claim("w", None, 2, 1_000, 3, now).await.unwrap();
         let j = c.jobs.iter().find(|j| j.id == "j").expect("j delivered");
         assert_eq!(j.attempt, attempt);
         let r = s
@@ -737,7 +743,7 @@ pub async fn nack_backoff_dead_letter_redrive<S: Store>(s: S) {
                 }
             );
             assert!(
-                s.claim("w", 1, 1_000, 3, now + 99)
+                s.claim("w", None, 1, 1_000, 3, now + 99)
                     .await
                     .unwrap()
                     .jobs
@@ -788,7 +794,7 @@ pub async fn nack_backoff_dead_letter_redrive<S: Store>(s: S) {
         "only dead jobs redrive"
     );
     assert!(!s.redrive("missing", now).await.unwrap());
-    let c = s.claim("w", 1, 1_000, 3, now).await.unwrap();
+    let c = s.claim("w", None, 1, 1_000, 3, now).await.unwrap();
     assert_eq!(
         (c.jobs[0].id.as_str(), c.jobs[0].attempt),
         ("j", 1),
@@ -800,7 +806,7 @@ pub async fn nack_backoff_dead_letter_redrive<S: Store>(s: S) {
 /// A conformance case (see the [module docs](self)).
 pub async fn release_hands_back<S: Store>(s: S) {
     s.enqueue(vec![job("j", 0, T0)], T0).await.unwrap();
-    let c = s.claim("w", 1, 1_000, 5, T0).await.unwrap();
+    let c = s.claim("w", None, 1, 1_000, 5, T0).await.unwrap();
     assert_eq!(
         s.release("j", "wrong", 3, 5, T0).await.unwrap(),
         Released::NotHeld
@@ -811,7 +817,7 @@ pub async fn release_hands_back<S: Store>(s: S) {
             .unwrap(),
         Released::Free
     );
-    let again = s.claim("w", 1, 1_000, 5, T0).await.unwrap();
+    let again = s.claim("w", None, 1, 1_000, 5, T0).await.unwrap();
     assert_eq!(
         again.jobs[0].attempt, 1,
         "a handed-back lease does not count"
@@ -835,7 +841,7 @@ pub async fn releases_past_the_free_ones_count<S: Store>(s: S) {
     let mut seen = Vec::new();
     for i in 0..5u64 {
         let now = T0 + i;
-        let c = s.claim("hog", 1, 1_000, 3, now).await.unwrap();
+        let c = s.claim("hog", None, 1, 1_000, 3, now).await.unwrap();
         assert_eq!(
             c.jobs.len(),
             1,
@@ -858,7 +864,7 @@ pub async fn releases_past_the_free_ones_count<S: Store>(s: S) {
         ]
     );
     assert!(s
-        .claim("hog", 1, 1_000, 3, T0 + 10)
+        .claim("hog", None, 1, 1_000, 3, T0 + 10)
         .await
         .unwrap()
         .jobs
@@ -879,13 +885,73 @@ pub async fn releases_past_the_free_ones_count<S: Store>(s: S) {
     assert!(dlq[0].history.iter().all(|a| a.error.code == "released"));
     // A redrive starts the job over, free releases included.
     assert!(s.redrive("j", T0 + 20).await.unwrap());
-    let c = s.claim("w", 1, 1_000, 3, T0 + 21).await.unwrap();
+    let c = s.claim("w", None, 1, 1_000, 3, T0 + 21).await.unwrap();
     assert_eq!(c.jobs[0].attempt, 1);
     assert_eq!(
         s.release("j", &c.jobs[0].lease.token, 2, 3, T0 + 21)
             .await
             .unwrap(),
         Released::Free
+    );
+}
+
+/// A conformance case (see the [module docs](self)).
+///
+/// Each failed delivery's history entry names who held the lease: the worker's own name and
+/// the claiming token's identity the server passed (an expired lease and a nack alike), and a
+/// delivery claimed without one does not inherit the previous holder's.
+pub async fn history_names_who_held_each_lease<S: Store>(s: S) {
+    s.enqueue(vec![job("j", 0, T0)], T0).await.unwrap();
+    let c = s
+        .claim("w1", Some("visitor-1"), 1, 1_000, 5, T0)
+        .await
+        .unwrap();
+    assert_eq!(c.jobs.len(), 1);
+    let c = s.claim("w2", None, 1, 1_000, 5, T0 + 1_000).await.unwrap();
+    assert_eq!(c.expired, ["j"]);
+    assert_eq!(c.jobs.len(), 1, "the expired lease is delivered again");
+    let c = s
+        .claim("w3", Some("visitor-3"), 1, 1_000, 5, T0 + 2_000)
+        .await
+        .unwrap();
+    assert_eq!(c.jobs.len(), 1);
+    let error = JobError {
+        code: "engine".to_owned(),
+        message: "no".to_owned(),
+        retryable: false,
+    };
+    let out = s
+        .nack(
+            "j",
+            &c.jobs[0].lease.token,
+            error,
+            T0 + 2_000,
+            5,
+            T0 + 2_000,
+        )
+        .await
+        .unwrap();
+    assert_eq!(out, Some(NackResponse::Dead));
+    let dlq = s.dlq(10).await.unwrap();
+    let who: Vec<(u32, &str, Option<&str>, &str)> = dlq[0]
+        .history
+        .iter()
+        .map(|a| {
+            (
+                a.attempt,
+                a.worker.as_str(),
+                a.sub.as_deref(),
+                a.error.code.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        who,
+        [
+            (1, "w1", Some("visitor-1"), "lease_expired"),
+            (2, "w2", None, "lease_expired"),
+            (3, "w3", Some("visitor-3"), "engine"),
+        ]
     );
 }
 
@@ -1075,7 +1141,7 @@ pub async fn history_is_capped<S: Store>(s: S) {
     };
     let mut now = T0;
     for _ in 0..(MAX_HISTORY + 5) {
-        let c = s.claim("w", 1, 1_000, 1_000, now).await.unwrap();
+        let c = s.claim("w", None, 1, 1_000, 1_000, now).await.unwrap();
         let tok = c.jobs[0].lease.token.clone();
         s.nack("h", &tok, long.clone(), now, 1_000, now)
             .await
@@ -1083,7 +1149,7 @@ pub async fn history_is_capped<S: Store>(s: S) {
             .unwrap();
         now += 1;
     }
-    let c = s.claim("w", 1, 1_000, 1_000, now).await.unwrap();
+    let c = s.claim("w", None, 1, 1_000, 1_000, now).await.unwrap();
     let mut last = long;
     last.retryable = false;
     s.nack("h", &c.jobs[0].lease.token, last, now, 1_000, now)
@@ -1111,7 +1177,7 @@ pub async fn ack_many_answers_each<S: Store>(s: S) {
     s.enqueue(vec![job("a", 0, T0), job("b", 0, T0)], T0)
         .await
         .unwrap();
-    let c = s.claim("w", 2, 1_000, 5, T0).await.unwrap();
+    let c = s.claim("w", None, 2, 1_000, 5, T0).await.unwrap();
     let tok = |id: &str| {
         c.jobs
             .iter()

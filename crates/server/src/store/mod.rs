@@ -163,10 +163,12 @@ pub trait QueueStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Leases up to `max` ready jobs (highest priority, then oldest) to `worker` for `lease_ms`.
     /// First moves due delayed jobs to ready and re-queues jobs whose lease expired (or
-    /// dead-letters them when they used `max_attempts`).
+    /// dead-letters them when they used `max_attempts`). `sub`: who claims (the token's writer
+    /// identity), kept with the lease and in the history entry of a delivery that fails.
     async fn claim(
         &self,
         worker: &str,
+        sub: Option<&str>,
         max: u32,
         lease_ms: u64,
         max_attempts: u32,

@@ -53,6 +53,7 @@ enum St {
         fence: u64,
         expires_at: u64,
         worker: String,
+        sub: Option<String>,
         leased_at: u64,
     },
     Done {
@@ -195,7 +196,10 @@ impl Inner {
         now: u64,
     ) -> Option<bool> {
         let St::Leased {
-            worker, leased_at, ..
+            worker,
+            sub,
+            leased_at,
+            ..
         } = &j.state
         else {
             return None;
@@ -203,6 +207,7 @@ impl Inner {
         let attempt = Attempt {
             attempt: j.attempt,
             worker: worker.clone(),
+            sub: sub.clone(),
             leased_at: *leased_at,
             ended_at: now,
             error: error.clone(),

@@ -58,6 +58,7 @@ impl QueueStore for MemoryStore {
     async fn claim(
         &self,
         worker: &str,
+        sub: Option<&str>,
         max: u32,
         lease_ms: u64,
         max_attempts: u32,
@@ -108,6 +109,7 @@ impl QueueStore for MemoryStore {
                 fence,
                 expires_at,
                 worker: worker.to_owned(),
+                sub: sub.map(str::to_owned),
                 leased_at: now,
             };
             out.jobs.push(ClaimedJob {
@@ -204,19 +206,21 @@ impl QueueStore for MemoryStore {
         let Some(mut j) = g.jobs.get(id).cloned() else {
             return Ok(None);
         };
-        let (worker, leased_at) = match &j.state {
+        let (worker, sub, leased_at) = match &j.state {
             St::Leased {
                 token: t,
                 worker,
+                sub,
                 leased_at,
                 ..
-            } if t == token => (worker.clone(), *leased_at),
+            } if t == token => (worker.clone(), sub.clone(), *leased_at),
             _ => return Ok(None),
         };
         let error = cap_error(error);
         let attempt = Attempt {
             attempt: j.attempt,
             worker,
+            sub,
             leased_at,
             ended_at: now,
             error: error.clone(),

@@ -1,5 +1,5 @@
 -- KEYS: ready, delayed, leased, dlq, seq, fence. ARGV: prefix, now, max, lease_ms, max_attempts,
--- worker, then `max` lease tokens. The job and history keys of the ids found in the sorted sets
+-- worker, sub (who claims; '' for nobody known), then `max` lease tokens. The job and history keys of the ids found in the sorted sets
 -- are named from the prefix (see head.lua).
 local ready, delayed, leased_k, dlq, seqk, fencek = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local now = tonumber(ARGV[2])
@@ -7,6 +7,7 @@ local max = tonumber(ARGV[3])
 local lease = tonumber(ARGV[4])
 local maxatt = tonumber(ARGV[5])
 local worker = ARGV[6]
+local sub = ARGV[7]
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', delayed, '-inf', f(now), 'LIMIT', 0, 1000)) do
   redis.call('ZREM', delayed, id)
   make_ready(id, p..':job:'..id, seqk, ready)
@@ -39,9 +40,10 @@ if max > 0 then
     local fence = f(base + (i + 1) / 2)
     local h = redis.call('HMGET', k, 'text', 'model_id', 'trace', 'meta', 'attempt')
     local attempt = f((tonumber(h[5]) or 0) + 1)
-    local token = ARGV[6 + (i + 1) / 2]
+    local token = ARGV[7 + (i + 1) / 2]
     redis.call('HSET', k, 'state', 'leased', 'attempt', attempt, 'token', token, 'fence', fence,
       'expires_at', exp, 'worker', worker, 'leased_at', now_s)
+    if sub == '' then redis.call('HDEL', k, 'sub') else redis.call('HSET', k, 'sub', sub) end
     leased[#leased + 1] = exp
     leased[#leased + 1] = id
     out[#out+1] = id

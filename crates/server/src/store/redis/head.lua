@@ -31,8 +31,8 @@ end
 -- `errjson`, and the job is dead-lettered (`dlqk`) on its `maxatt`-th attempt, else ready again.
 -- The caller has taken it out of the leased set. Returns true when dead.
 local function end_delivery(id, k, hist, errjson, maxatt, now, seqk, readyk, dlqk)
-  local h = redis.call('HMGET', k, 'attempt', 'worker', 'leased_at')
-  push_history(hist, cjson.encode({attempt = tonumber(h[1]), worker = h[2],
+  local h = redis.call('HMGET', k, 'attempt', 'worker', 'leased_at', 'sub')
+  push_history(hist, cjson.encode({attempt = tonumber(h[1]), worker = h[2], sub = h[4] or nil,
     leased_at = tonumber(h[3]), ended_at = now, error = cjson.decode(errjson)}))
   redis.call('HDEL', k, 'token', 'fence', 'expires_at')
   if tonumber(h[1]) >= maxatt then

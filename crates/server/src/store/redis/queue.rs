@@ -82,6 +82,7 @@ impl QueueStore for RedisStore {
     async fn claim(
         &self,
         worker: &str,
+        sub: Option<&str>,
         max: u32,
         lease_ms: u64,
         max_attempts: u32,
@@ -96,7 +97,8 @@ impl QueueStore for RedisStore {
                     .arg(max)
                     .arg(lease_ms)
                     .arg(max_attempts)
-                    .arg(worker);
+                    .arg(worker)
+                    .arg(sub.unwrap_or(""));
                 for _ in 0..max {
                     inv.arg(new_token());
                 }

@@ -33,20 +33,27 @@ pub(super) fn housekeeping(
             .and_then(|mut st| st.execute(params![id, c.next_seq() as i64]))
             .map_err(db_err)?;
     }
-    type Expired = (String, u32, String, i64, String);
+    type Expired = (String, u32, String, Option<String>, i64, String);
     let expired: Vec<Expired> = conn
         .prepare_cached(
-            "SELECT id, attempt, worker, leased_at, history FROM jobs \
+            "SELECT id, attempt, worker, sub, leased_at, history FROM jobs \
              WHERE state = 'leased' AND expires_at <= ?1 ORDER BY expires_at LIMIT ?2",
         )
         .and_then(|mut st| {
             st.query_map(params![now as i64, PASS_LIMIT], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
             })?
             .collect()
         })
         .map_err(db_err)?;
-    for (id, attempt, worker, leased_at, history) in expired {
+    for (id, attempt, worker, sub, leased_at, history) in expired {
         let error = JobError {
             code: ErrorCode::LeaseExpired.as_str().to_owned(),
             message: "the lease expired before an ack or nack".to_owned(),
@@ -55,6 +62,7 @@ pub(super) fn housekeeping(
         let ended = Attempt {
             attempt,
             worker,
+            sub,
             leased_at: leased_at as u64,
             ended_at: now,
             error,

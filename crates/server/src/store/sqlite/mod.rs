@@ -66,7 +66,8 @@ const FORGOTTEN_ROWS_CLEARED: i64 = 1;
 
 /// Brings a database made by an earlier version to this schema, once, keeping its data:
 /// `cache.by_json` (the writer, added with result verification), `jobs.releases` (a job's
-/// releases, counted since a release past a few uses an attempt), the cache as a rowid table
+/// releases, counted since a release past a few uses an attempt), `jobs.sub` (who holds a
+/// lease, for the history of a failed delivery), the cache as a rowid table
 /// (it was `WITHOUT ROWID`; see schema.sql), and the provenance rows of jobs forgotten and
 /// entries swept before the index forgot them itself (`integrity::forget_written`).
 fn migrate(conn: &Connection) -> rusqlite::Result<()> {
@@ -101,6 +102,14 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     )?;
     if !has_releases {
         conn.execute_batch("ALTER TABLE jobs ADD COLUMN releases INTEGER NOT NULL DEFAULT 0")?;
+    }
+    let has_sub: bool = conn.query_row(
+        "SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name = 'sub'",
+        [],
+        |r| r.get::<_, i64>(0).map(|n| n > 0),
+    )?;
+    if !has_sub {
+        conn.execute_batch("ALTER TABLE jobs ADD COLUMN sub TEXT")?;
     }
     let sql: String = conn.query_row(
         "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'cache'",

@@ -114,12 +114,14 @@ impl QueueStore for SqliteStore {
     async fn claim(
         &self,
         worker: &str,
+        sub: Option<&str>,
         max: u32,
         lease_ms: u64,
         max_attempts: u32,
         now: u64,
     ) -> Result<Claimed> {
         let worker = worker.to_owned();
+        let sub = sub.map(str::to_owned);
         let retention = self.done_retention_ms.load(Ordering::Relaxed);
         self.run(move |conn, c| {
             let mut out = Claimed::default();
@@ -165,7 +167,7 @@ impl QueueStore for SqliteStore {
             let mut lease = conn
                 .prepare_cached(
                     "UPDATE jobs SET state = 'leased', attempt = ?2, token = ?3, fence = ?4, \
-                     expires_at = ?5, worker = ?6, leased_at = ?7 WHERE rowid = ?1",
+                     expires_at = ?5, worker = ?6, leased_at = ?7, sub = ?8 WHERE rowid = ?1",
                 )
                 .map_err(db_err)?;
             let expires_at = now + lease_ms;
@@ -181,7 +183,8 @@ impl QueueStore for SqliteStore {
                         fence as i64,
                         expires_at as i64,
                         worker,
-                        now as i64
+                        now as i64,
+                        sub
                     ])
                     .map_err(db_err)?;
                 out.jobs.push(ClaimedJob {
@@ -267,20 +270,20 @@ impl QueueStore for SqliteStore {
     ) -> Result<Option<NackResponse>> {
         let (id, token) = (id.to_owned(), token.to_owned());
         self.run(move |conn, _| {
-            type Held = (u32, Option<String>, Option<i64>, String);
+            type Held = (u32, Option<String>, Option<String>, Option<i64>, String);
             let row: Option<Held> = conn
                 .prepare_cached(
-                    "SELECT attempt, worker, leased_at, history FROM jobs \
+                    "SELECT attempt, worker, sub, leased_at, history FROM jobs \
                      WHERE id = ?1 AND state = 'leased' AND token = ?2",
                 )
                 .and_then(|mut st| {
                     st.query_row(params![id, token], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
                     })
                     .optional()
                 })
                 .map_err(db_err)?;
-            let Some((attempt, worker, leased_at, history)) = row else {
+            let Some((attempt, worker, sub, leased_at, history)) = row else {
                 return Ok(None);
             };
             let error = cap_error(error);
@@ -290,6 +293,7 @@ impl QueueStore for SqliteStore {
                 Attempt {
                     attempt,
                     worker: worker.unwrap_or_default(),
+                    sub,
                     leased_at: leased_at.unwrap_or(0) as u64,
                     ended_at: now,
                     error: error.clone(),
@@ -330,20 +334,34 @@ impl QueueStore for SqliteStore {
     ) -> Result<Released> {
         let (id, token) = (id.to_owned(), token.to_owned());
         self.run(move |conn, c| {
-            type Held = (u32, u32, Option<String>, Option<i64>, String);
+            type Held = (
+                u32,
+                u32,
+                Option<String>,
+                Option<String>,
+                Option<i64>,
+                String,
+            );
             let row: Option<Held> = conn
                 .prepare_cached(
-                    "SELECT attempt, releases, worker, leased_at, history FROM jobs \
+                    "SELECT attempt, releases, worker, sub, leased_at, history FROM jobs \
                      WHERE id = ?1 AND state = 'leased' AND token = ?2",
                 )
                 .and_then(|mut st| {
                     st.query_row(params![id, token], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                        Ok((
+                            r.get(0)?,
+                            r.get(1)?,
+                            r.get(2)?,
+                            r.get(3)?,
+                            r.get(4)?,
+                            r.get(5)?,
+                        ))
                     })
                     .optional()
                 })
                 .map_err(db_err)?;
-            let Some((attempt, releases, worker, leased_at, history)) = row else {
+            let Some((attempt, releases, worker, sub, leased_at, history)) = row else {
                 return Ok(Released::NotHeld);
             };
             if releases < free {
@@ -359,6 +377,7 @@ impl QueueStore for SqliteStore {
             let ended = Attempt {
                 attempt,
                 worker: worker.unwrap_or_default(),
+                sub,
                 leased_at: leased_at.unwrap_or(0) as u64,
                 ended_at: now,
                 error: released_error(free),

@@ -10,7 +10,7 @@ CREATE TABLE IF NOT EXISTS meta (
 -- One row per job, in one of five states:
 --   ready    (seq orders FIFO within a priority)
 --   delayed  (available_at: when it becomes ready)
---   leased   (token, fence, expires_at, worker, leased_at)
+--   leased   (token, fence, expires_at, worker, sub, leased_at)
 --   done     (result, token = the acking lease's, ended_at)
 --   dead     (error, ended_at)
 -- history: JSON array of the last failed attempts (capped by the server).
@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   fence        INTEGER,
   expires_at   INTEGER,
   worker       TEXT,
+  sub          TEXT,
   leased_at    INTEGER,
   result       TEXT,
   error        TEXT,
