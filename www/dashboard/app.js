@@ -143,7 +143,7 @@ async function dlq() {
   const { entries } = await api("GET", "/v1/dlq?limit=50");
   $("dlq-count").textContent = `(${entries.length}${entries.length === 50 ? "+" : ""})`;
   $("dlq").tBodies[0].innerHTML = entries.map((e) => {
-    const hist = (e.history || []).map((h) => `<li>attempt ${h.attempt} on ${esc(h.worker)}: ${esc(h.error ? h.error.code + ": " + h.error.message : "")}</li>`).join("");
+    const hist = (e.history || []).map((h) => `<li>attempt ${h.attempt} on ${esc(h.worker)}${h.sub ? " (token " + esc(h.sub) + ")" : ""}: ${esc(h.error ? h.error.code + ": " + h.error.message : "")}</li>`).join("");
     return `<tr><td>${esc(e.job.id)}</td><td>${esc(e.job.text.slice(0, 80))}</td>
       <td><b>${esc(e.error.code)}</b> ${esc(e.error.message)}</td>
       <td><details><summary>${(e.history || []).length} attempt(s)</summary><ul>${hist}</ul></details></td>
