@@ -77,7 +77,7 @@ impl Key {
 pub(crate) struct LockHolds {
     max: usize,
     hold: u64,
-    /// Per token digest, the keys it holds or held within the last hold.
+    /// Per token digest, the keys it holds, and those it held and has not yet left alone as long.
     keys: Mutex<HashMap<[u8; 32], HashMap<String, Key>>>,
 }
 
