@@ -100,6 +100,25 @@ def params_from_tern(path):
     return jax.tree_util.tree_map(lambda a: jnp.asarray(np.asarray(a, np.float32)), p)
 
 
+def position_init(how, n=128):
+    """--pos: [n, d] position embeddings for the student's residual stream. `teacher`: the
+    teacher's, each minus their mean over the first 32 positions (which stage 1 folded into the
+    table), through its embedding LayerNorm taken as linear (divided by the median spread of the
+    table's pre-norm rows, times its weight)."""
+    from safetensors.numpy import load_file
+    tw = load_file(os.path.join(TR.TEACHER_DIR, "model.safetensors"))
+    g = lambda k: np.asarray(tw[k], np.float64)  # noqa: E731
+    pos = g("embeddings.position_embeddings.weight")
+    if how == "zero":
+        return np.zeros((n, pos.shape[1]), np.float32)
+    pre = g("embeddings.word_embeddings.weight") + g("embeddings.token_type_embeddings.weight")[0] \
+        + pos[:32].mean(0)
+    spread = np.median(pre.std(1))
+    d = pos[:n] - pos[:32].mean(0)
+    d = d - d.mean(1, keepdims=True)
+    return (d / spread * g("embeddings.LayerNorm.weight")).astype(np.float32)
+
+
 def load_pool(tok, max_n=0):
     texts = [l.rstrip("\n") for l in open(os.path.join(WORK, "pool.txt"), encoding="utf-8")]
     doms = [l.rstrip("\n") for l in open(os.path.join(WORK, "pool_domains.txt"))]
@@ -237,6 +256,12 @@ def main():
                     help="keep an exponential moving average of the weights with this decay per step (e.g. "
                          "0.999, a horizon of ~1 000 steps) and evaluate, select and save it instead of the "
                          "raw weights (<run>/ema_last.npz beside each checkpoint)")
+    ap.add_argument("--pos", choices=("teacher", "zero"), default=None,
+                    help="diagnostic (not packable: TERN v1 has no positions): add fp32 position "
+                         "embeddings for 128 positions, from the teacher's (through its embedding "
+                         "LayerNorm, linearised) or zeros, and train them with the rest")
+    ap.add_argument("--pos-lr-mult", type=float, default=1.0,
+                    help="--pos: the position embeddings' learning rate, times --lr")
     ap.add_argument("--save-best", action="store_true",
                     help="keep <run>/student_best.npz at the best dev mean (dev.tsv only)")
     args = ap.parse_args()
@@ -313,6 +338,9 @@ def main():
             if c.min() < 0.999:
                 sys.exit("init does not reproduce the packed file's forward")
 
+    if args.pos and "pos" not in params:
+        params["pos"] = jnp.asarray(position_init(args.pos))
+
     def lr_at(p):
         if p < args.warmup_frac:
             return args.lr * p / args.warmup_frac
@@ -321,7 +349,7 @@ def main():
 
     def wd_mask(p):
         return jax.tree_util.tree_map_with_path(
-            lambda path, x: x.ndim == 2 and "emb" not in jax.tree_util.keystr(path), p)
+            lambda path, x: x.ndim == 2 and not any(k in jax.tree_util.keystr(path) for k in ("emb", "pos")), p)
 
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.scale_by_adam(b1=0.9, b2=0.98, eps=1e-8),
                      optax.add_decayed_weights(args.wd, mask=wd_mask))
@@ -375,6 +403,8 @@ def main():
             params, ids_b, mask, tgt, tok_t, tok_m, emb_format)
         updates, opt_state = tx.update(grads, opt_state, params)
         updates = jax.tree_util.tree_map(lambda u: -lr * u, updates)
+        if "pos" in updates:
+            updates["pos"] = updates["pos"] * args.pos_lr_mult
         return optax.apply_updates(params, updates), opt_state, loss, aux
 
     def progress(s, tt):

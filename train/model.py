@@ -105,6 +105,9 @@ def forward(p, ids, mask, quant=True, emb_format=None, heads=6, return_tokens=Fa
         x = rows.reshape(ids.shape + (p["emb"].shape[1],))
     else:
         x = p["emb"][ids]
+    if "pos" in p:
+        # Diagnostic only (distil.py --pos): position embeddings, which TERN v1 has not.
+        x = x + p["pos"][None, :x.shape[1]]
     B, T, D = x.shape
     H = heads
     dh = D // H

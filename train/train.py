@@ -173,6 +173,8 @@ def load_ckpt(path, params, opt_state):
 def params_to_npz(path, params):
     flat = {"emb": params["emb"], "lnf_w": params["lnf_w"], "lnf_b": params["lnf_b"],
             "proj": params["proj"], "proj_b": params["proj_b"]}
+    if "pos" in params:
+        flat["pos"] = params["pos"]
     for i, L in enumerate(params["layers"]):
         for k, v in L.items():
             flat[f"layer{i}.{k}"] = v
@@ -185,8 +187,11 @@ def params_from_npz(path):
     layers = []
     for i in range(n):
         layers.append({k.split(".", 1)[1]: jnp.asarray(z[k]) for k in z.files if k.startswith(f"layer{i}.")})
-    return dict(emb=jnp.asarray(z["emb"]), layers=layers, lnf_w=jnp.asarray(z["lnf_w"]),
-                lnf_b=jnp.asarray(z["lnf_b"]), proj=jnp.asarray(z["proj"]), proj_b=jnp.asarray(z["proj_b"]))
+    p = dict(emb=jnp.asarray(z["emb"]), layers=layers, lnf_w=jnp.asarray(z["lnf_w"]),
+             lnf_b=jnp.asarray(z["lnf_b"]), proj=jnp.asarray(z["proj"]), proj_b=jnp.asarray(z["proj_b"]))
+    if "pos" in z.files:
+        p["pos"] = jnp.asarray(z["pos"])
+    return p
 
 
 def main():
