@@ -33,41 +33,25 @@ pub(super) fn housekeeping(
             .and_then(|mut st| st.execute(params![id, c.next_seq() as i64]))
             .map_err(db_err)?;
     }
-    type Expired = (String, u32, String, Option<String>, i64, String);
-    let expired: Vec<Expired> = conn
-        .prepare_cached(
-            "SELECT id, attempt, worker, sub, leased_at, history FROM jobs \
-             WHERE state = 'leased' AND expires_at <= ?1 ORDER BY expires_at LIMIT ?2",
-        )
+    let expired: Vec<(String, Delivery)> = conn
+        .prepare_cached(&format!(
+            "SELECT id, {DELIVERY_COLS} FROM jobs \
+             WHERE state = 'leased' AND expires_at <= ?1 ORDER BY expires_at LIMIT ?2"
+        ))
         .and_then(|mut st| {
             st.query_map(params![now as i64, PASS_LIMIT], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                ))
+                Ok((r.get(0)?, Delivery::read(r, 1)?))
             })?
             .collect()
         })
         .map_err(db_err)?;
-    for (id, attempt, worker, sub, leased_at, history) in expired {
+    for (id, delivery) in expired {
         let error = JobError {
             code: ErrorCode::LeaseExpired.as_str().to_owned(),
             message: "the lease expired before an ack or nack".to_owned(),
             retryable: true,
         };
-        let ended = Attempt {
-            attempt,
-            worker,
-            sub,
-            leased_at: leased_at as u64,
-            ended_at: now,
-            error,
-        };
-        if end_delivery(conn, c, &id, &history, ended, max_attempts)? {
+        if end_delivery(conn, c, &id, delivery, error, max_attempts, now)? {
             out.dead.push(id);
         } else {
             out.expired.push(id);
@@ -76,21 +60,63 @@ pub(super) fn housekeeping(
     Ok(())
 }
 
-/// Ends job `id`'s delivery as an attempt that counts (an expired lease, a release past the free
-/// ones): `ended` joins its `history` (JSON), and it is dead-lettered with `ended.error` on its
-/// `max_attempts`-th attempt, else ready again. `true` when dead.
+/// The columns [`Delivery::read`] reads, in its order.
+pub(super) const DELIVERY_COLS: &str = "attempt, worker, sub, leased_at, history";
+
+/// A leased job's delivery as its row holds it: what the delivery's history entry is made of.
+pub(super) struct Delivery {
+    pub(super) attempt: u32,
+    worker: Option<String>,
+    sub: Option<String>,
+    leased_at: Option<i64>,
+    /// The job's history so far (JSON).
+    history: String,
+}
+
+impl Delivery {
+    /// Reads [`DELIVERY_COLS`] from `r`, the first at column `at`.
+    pub(super) fn read(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Self> {
+        Ok(Delivery {
+            attempt: r.get(at)?,
+            worker: r.get(at + 1)?,
+            sub: r.get(at + 2)?,
+            leased_at: r.get(at + 3)?,
+            history: r.get(at + 4)?,
+        })
+    }
+
+    /// The job's history (JSON) with this delivery, ended at `now` with `error`, added.
+    pub(super) fn ended(self, error: JobError, now: u64) -> Result<String> {
+        let mut history: Vec<Attempt> = serde_json::from_str(&self.history).map_err(json_err)?;
+        push_history(
+            &mut history,
+            Attempt {
+                attempt: self.attempt,
+                worker: self.worker.unwrap_or_default(),
+                sub: self.sub,
+                leased_at: self.leased_at.unwrap_or(0) as u64,
+                ended_at: now,
+                error,
+            },
+        );
+        serde_json::to_string(&history).map_err(json_err)
+    }
+}
+
+/// Ends job `id`'s `delivery` at `now` as an attempt that counts (an expired lease, a release
+/// past the free ones): it joins the history with `error`, and the job is dead-lettered with
+/// `error` on its `max_attempts`-th attempt, else ready again. `true` when dead.
 pub(super) fn end_delivery(
     conn: &Connection,
     c: &mut Counters,
     id: &str,
-    history: &str,
-    ended: Attempt,
+    delivery: Delivery,
+    error: JobError,
     max_attempts: u32,
+    now: u64,
 ) -> Result<bool> {
-    let (attempt, now, error) = (ended.attempt, ended.ended_at, ended.error.clone());
-    let mut history: Vec<Attempt> = serde_json::from_str(history).map_err(json_err)?;
-    push_history(&mut history, ended);
-    let history = serde_json::to_string(&history).map_err(json_err)?;
+    let attempt = delivery.attempt;
+    let history = delivery.ended(error.clone(), now)?;
     if attempt >= max_attempts {
         let error = serde_json::to_string(&error).map_err(json_err)?;
         conn.prepare_cached(

@@ -71,6 +71,24 @@ const FORGOTTEN_ROWS_CLEARED: i64 = 1;
 /// (it was `WITHOUT ROWID`; see schema.sql), and the provenance rows of jobs forgotten and
 /// entries swept before the index forgot them itself (`integrity::forget_written`).
 fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    /// Adds `column` (`decl`) to `table` unless it has it (a database made before the column).
+    fn add_column(
+        conn: &Connection,
+        table: &str,
+        column: &str,
+        decl: &str,
+    ) -> rusqlite::Result<()> {
+        let has: bool = conn.query_row(
+            "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2",
+            [table, column],
+            |r| r.get::<_, i64>(0).map(|n| n > 0),
+        )?;
+        if !has {
+            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))?;
+        }
+        Ok(())
+    }
+
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version < FORGOTTEN_ROWS_CLEARED {
         let n = conn.execute(
@@ -87,30 +105,9 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
         }
         conn.execute_batch(&format!("PRAGMA user_version = {FORGOTTEN_ROWS_CLEARED}"))?;
     }
-    let has_by: bool = conn.query_row(
-        "SELECT COUNT(*) FROM pragma_table_info('cache') WHERE name = 'by_json'",
-        [],
-        |r| r.get::<_, i64>(0).map(|n| n > 0),
-    )?;
-    if !has_by {
-        conn.execute_batch("ALTER TABLE cache ADD COLUMN by_json TEXT")?;
-    }
-    let has_releases: bool = conn.query_row(
-        "SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name = 'releases'",
-        [],
-        |r| r.get::<_, i64>(0).map(|n| n > 0),
-    )?;
-    if !has_releases {
-        conn.execute_batch("ALTER TABLE jobs ADD COLUMN releases INTEGER NOT NULL DEFAULT 0")?;
-    }
-    let has_sub: bool = conn.query_row(
-        "SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name = 'sub'",
-        [],
-        |r| r.get::<_, i64>(0).map(|n| n > 0),
-    )?;
-    if !has_sub {
-        conn.execute_batch("ALTER TABLE jobs ADD COLUMN sub TEXT")?;
-    }
+    add_column(conn, "cache", "by_json", "TEXT")?;
+    add_column(conn, "jobs", "releases", "INTEGER NOT NULL DEFAULT 0")?;
+    add_column(conn, "jobs", "sub", "TEXT")?;
     let sql: String = conn.query_row(
         "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'cache'",
         [],

@@ -7,18 +7,17 @@ use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 use ternflow_core::keys;
 use ternflow_core::protocol::{
-    Attempt, ClaimedJob, DlqEntry, Enqueued, JobError, JobResult, JobStatus, Lease, NackResponse,
-    QueueDepth,
+    ClaimedJob, DlqEntry, Enqueued, JobError, JobResult, JobStatus, Lease, NackResponse, QueueDepth,
 };
 
-use super::housekeeping::{end_delivery, housekeeping};
+use super::housekeeping::{end_delivery, housekeeping, Delivery, DELIVERY_COLS};
 use super::integrity::forget_written;
 use super::rows::{dlq_entry, job_status, opt_json, read_row, Row, JOB_COLS};
 use super::{db_err, json_err, SqliteStore, KEEP_FOREVER, PASS_LIMIT};
 use crate::error::Result;
 use crate::store::{
-    cap_error, new_token, push_history, released_error, AckInput, AckOutcome, Claimed, JobRecord,
-    QueueStore, Released, Written,
+    cap_error, new_token, released_error, AckInput, AckOutcome, Claimed, JobRecord, QueueStore,
+    Released, Written,
 };
 
 /// One ack inside a transaction (shared by `ack` and `ack_many`).
@@ -270,36 +269,22 @@ impl QueueStore for SqliteStore {
     ) -> Result<Option<NackResponse>> {
         let (id, token) = (id.to_owned(), token.to_owned());
         self.run(move |conn, _| {
-            type Held = (u32, Option<String>, Option<String>, Option<i64>, String);
-            let row: Option<Held> = conn
-                .prepare_cached(
-                    "SELECT attempt, worker, sub, leased_at, history FROM jobs \
-                     WHERE id = ?1 AND state = 'leased' AND token = ?2",
-                )
+            let row: Option<Delivery> = conn
+                .prepare_cached(&format!(
+                    "SELECT {DELIVERY_COLS} FROM jobs \
+                     WHERE id = ?1 AND state = 'leased' AND token = ?2"
+                ))
                 .and_then(|mut st| {
-                    st.query_row(params![id, token], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-                    })
-                    .optional()
+                    st.query_row(params![id, token], |r| Delivery::read(r, 0))
+                        .optional()
                 })
                 .map_err(db_err)?;
-            let Some((attempt, worker, sub, leased_at, history)) = row else {
+            let Some(delivery) = row else {
                 return Ok(None);
             };
             let error = cap_error(error);
-            let mut history: Vec<Attempt> = serde_json::from_str(&history).map_err(json_err)?;
-            push_history(
-                &mut history,
-                Attempt {
-                    attempt,
-                    worker: worker.unwrap_or_default(),
-                    sub,
-                    leased_at: leased_at.unwrap_or(0) as u64,
-                    ended_at: now,
-                    error: error.clone(),
-                },
-            );
-            let history = serde_json::to_string(&history).map_err(json_err)?;
+            let attempt = delivery.attempt;
+            let history = delivery.ended(error.clone(), now)?;
             if !error.retryable || attempt >= max_attempts {
                 let error = serde_json::to_string(&error).map_err(json_err)?;
                 conn.prepare_cached(
@@ -334,34 +319,19 @@ impl QueueStore for SqliteStore {
     ) -> Result<Released> {
         let (id, token) = (id.to_owned(), token.to_owned());
         self.run(move |conn, c| {
-            type Held = (
-                u32,
-                u32,
-                Option<String>,
-                Option<String>,
-                Option<i64>,
-                String,
-            );
-            let row: Option<Held> = conn
-                .prepare_cached(
-                    "SELECT attempt, releases, worker, sub, leased_at, history FROM jobs \
-                     WHERE id = ?1 AND state = 'leased' AND token = ?2",
-                )
+            let row: Option<(u32, Delivery)> = conn
+                .prepare_cached(&format!(
+                    "SELECT releases, {DELIVERY_COLS} FROM jobs \
+                     WHERE id = ?1 AND state = 'leased' AND token = ?2"
+                ))
                 .and_then(|mut st| {
                     st.query_row(params![id, token], |r| {
-                        Ok((
-                            r.get(0)?,
-                            r.get(1)?,
-                            r.get(2)?,
-                            r.get(3)?,
-                            r.get(4)?,
-                            r.get(5)?,
-                        ))
+                        Ok((r.get(0)?, Delivery::read(r, 1)?))
                     })
                     .optional()
                 })
                 .map_err(db_err)?;
-            let Some((attempt, releases, worker, sub, leased_at, history)) = row else {
+            let Some((releases, delivery)) = row else {
                 return Ok(Released::NotHeld);
             };
             if releases < free {
@@ -374,16 +344,9 @@ impl QueueStore for SqliteStore {
                 .map_err(db_err)?;
                 return Ok(Released::Free);
             }
-            let ended = Attempt {
-                attempt,
-                worker: worker.unwrap_or_default(),
-                sub,
-                leased_at: leased_at.unwrap_or(0) as u64,
-                ended_at: now,
-                error: released_error(free),
-            };
+            let error = released_error(free);
             Ok(
-                if end_delivery(conn, c, &id, &history, ended, max_attempts)? {
+                if end_delivery(conn, c, &id, delivery, error, max_attempts, now)? {
                     Released::Dead
                 } else {
                     Released::Counted
