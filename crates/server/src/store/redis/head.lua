@@ -19,6 +19,14 @@ local function f(x)
   end
   return string.format('%.0f', x)
 end
+-- Adds to `hist` the entry of the delivery of leased job hash `k` that ended at `now` with the
+-- error `errjson` (who held it, its attempt, when it began); returns the attempt number.
+local function push_attempt(k, hist, errjson, now)
+  local h = redis.call('HMGET', k, 'attempt', 'worker', 'leased_at', 'sub')
+  push_history(hist, cjson.encode({attempt = tonumber(h[1]), worker = h[2], sub = h[4] or nil,
+    leased_at = tonumber(h[3]), ended_at = now, error = cjson.decode(errjson)}))
+  return tonumber(h[1])
+end
 -- Puts job `id` (hash `k`) in the ready set (`readyk`), numbered by the counter `seqk`.
 local function make_ready(id, k, seqk, readyk)
   local seq = redis.call('INCR', seqk)
@@ -31,11 +39,9 @@ end
 -- `errjson`, and the job is dead-lettered (`dlqk`) on its `maxatt`-th attempt, else ready again.
 -- The caller has taken it out of the leased set. Returns true when dead.
 local function end_delivery(id, k, hist, errjson, maxatt, now, seqk, readyk, dlqk)
-  local h = redis.call('HMGET', k, 'attempt', 'worker', 'leased_at', 'sub')
-  push_history(hist, cjson.encode({attempt = tonumber(h[1]), worker = h[2], sub = h[4] or nil,
-    leased_at = tonumber(h[3]), ended_at = now, error = cjson.decode(errjson)}))
+  local attempt = push_attempt(k, hist, errjson, now)
   redis.call('HDEL', k, 'token', 'fence', 'expires_at')
-  if tonumber(h[1]) >= maxatt then
+  if attempt >= maxatt then
     redis.call('HSET', k, 'state', 'dead', 'error', errjson, 'dead_at', f(now))
     redis.call('ZADD', dlqk, f(now), id)
     return true

@@ -5,13 +5,12 @@ local k, hist, leased, dlq, delayed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5
 local id, token = ARGV[2], ARGV[3]
 local errjson, retryable, retry_at = ARGV[4], ARGV[5], tonumber(ARGV[6])
 local maxatt, now = tonumber(ARGV[7]), tonumber(ARGV[8])
-local h = redis.call('HMGET', k, 'state', 'token', 'attempt', 'worker', 'leased_at', 'sub')
+local h = redis.call('HMGET', k, 'state', 'token')
 if h[1] ~= 'leased' or h[2] ~= token then return {} end
 redis.call('ZREM', leased, id)
 redis.call('HDEL', k, 'token', 'fence', 'expires_at')
-push_history(hist, cjson.encode({attempt = tonumber(h[3]), worker = h[4], sub = h[6] or nil,
-  leased_at = tonumber(h[5]), ended_at = now, error = cjson.decode(errjson)}))
-if retryable == '0' or tonumber(h[3]) >= maxatt then
+local attempt = push_attempt(k, hist, errjson, now)
+if retryable == '0' or attempt >= maxatt then
   redis.call('HSET', k, 'state', 'dead', 'error', errjson, 'dead_at', f(now))
   redis.call('ZADD', dlq, f(now), id)
   return {'dead'}
