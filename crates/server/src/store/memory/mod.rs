@@ -195,24 +195,7 @@ impl Inner {
         max_attempts: u32,
         now: u64,
     ) -> Option<bool> {
-        let St::Leased {
-            worker,
-            sub,
-            leased_at,
-            ..
-        } = &j.state
-        else {
-            return None;
-        };
-        let attempt = Attempt {
-            attempt: j.attempt,
-            worker: worker.clone(),
-            sub: sub.clone(),
-            leased_at: *leased_at,
-            ended_at: now,
-            error: error.clone(),
-        };
-        push_history(&mut j.history, attempt);
+        push_attempt(&mut j, error.clone(), now)?;
         let dead = j.attempt >= max_attempts;
         if dead {
             j.state = St::Dead {
@@ -267,6 +250,30 @@ impl MemoryStore {
         // that matters more than refusing all service, so recover the guard.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Adds to a leased job's history the entry of its delivery, ended at `now` with `error` (who
+/// held it, its attempt, when it began); `None` when it is not leased.
+fn push_attempt(j: &mut Job, error: JobError, now: u64) -> Option<()> {
+    let St::Leased {
+        worker,
+        sub,
+        leased_at,
+        ..
+    } = &j.state
+    else {
+        return None;
+    };
+    let attempt = Attempt {
+        attempt: j.attempt,
+        worker: worker.clone(),
+        sub: sub.clone(),
+        leased_at: *leased_at,
+        ended_at: now,
+        error,
+    };
+    push_history(&mut j.history, attempt);
+    Some(())
 }
 
 fn status_of(j: &Job) -> JobStatus {

@@ -4,15 +4,14 @@
 use async_trait::async_trait;
 use ternflow_core::keys;
 use ternflow_core::protocol::{
-    Attempt, ClaimedJob, DlqEntry, Enqueued, JobError, JobResult, JobSpec, JobStatus, Lease,
-    NackResponse, QueueDepth,
+    ClaimedJob, DlqEntry, Enqueued, JobError, JobResult, JobSpec, JobStatus, Lease, NackResponse,
+    QueueDepth,
 };
 
-use super::{status_of, Job, MemoryStore, St};
+use super::{push_attempt, status_of, Job, MemoryStore, St};
 use crate::error::Result;
 use crate::store::{
-    cap_error, new_token, push_history, released_error, AckOutcome, Claimed, JobRecord, QueueStore,
-    Released,
+    cap_error, new_token, released_error, AckOutcome, Claimed, JobRecord, QueueStore, Released,
 };
 
 #[async_trait]
@@ -206,26 +205,11 @@ impl QueueStore for MemoryStore {
         let Some(mut j) = g.jobs.get(id).cloned() else {
             return Ok(None);
         };
-        let (worker, sub, leased_at) = match &j.state {
-            St::Leased {
-                token: t,
-                worker,
-                sub,
-                leased_at,
-                ..
-            } if t == token => (worker.clone(), sub.clone(), *leased_at),
-            _ => return Ok(None),
-        };
+        if !matches!(&j.state, St::Leased { token: t, .. } if t == token) {
+            return Ok(None);
+        }
         let error = cap_error(error);
-        let attempt = Attempt {
-            attempt: j.attempt,
-            worker,
-            sub,
-            leased_at,
-            ended_at: now,
-            error: error.clone(),
-        };
-        push_history(&mut j.history, attempt);
+        push_attempt(&mut j, error.clone(), now);
         let resp = if !error.retryable || j.attempt >= max_attempts {
             j.state = St::Dead {
                 error,
