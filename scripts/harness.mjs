@@ -136,7 +136,8 @@ export function client(base, token) {
   };
 }
 
-/** Opens `GET /v1/events` on `base`; `next(pred, ms)` resolves with the first event matching. */
+/** Opens `GET /v1/events` on `base`; `next(pred, ms)` resolves with the first event matching;
+ * `listen(fn)` calls `fn(event)` for every event from then on (and keeps none for `next`). */
 export async function sse(base, token) {
   const ctl = new AbortController();
   const r = await fetch(base + "/v1/events", { headers: { authorization: "Bearer " + token }, signal: ctl.signal });
@@ -146,6 +147,7 @@ export async function sse(base, token) {
   let buf = "";
   const queue = [];
   let waiting = null;
+  let listener = null;
   (async () => {
     try {
       for (;;) {
@@ -164,6 +166,7 @@ export async function sse(base, token) {
             else if (line.startsWith("data:")) { ev.data = JSON.parse(line.slice(5).trim()); any = true; }
           }
           if (!any) continue;
+          if (listener) { listener(ev); continue; }
           queue.push(ev);
           if (waiting) waiting();
         }
@@ -183,6 +186,7 @@ export async function sse(base, token) {
       }
     },
     clear() { queue.length = 0; },
+    listen(fn) { listener = fn; queue.splice(0).forEach(fn); },
     close() { ctl.abort(); },
   };
 }

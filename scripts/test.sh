@@ -96,7 +96,7 @@ start_services() {
   for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$sport/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
   curl -fsS "http://127.0.0.1:$sport/healthz" >/dev/null || { cat "$LOGDIR/server.log"; return 1; }
   export TERNFLOW_TEST_SERVER="http://127.0.0.1:$sport" TERNFLOW_TEST_TOKEN="$token" \
-    TERNFLOW_TEST_JWT_SECRET="$jwt_secret"
+    TERNFLOW_TEST_JWT_SECRET="$jwt_secret" TERNFLOW_TEST_REDIS="redis://127.0.0.1:$rport/0"
 }
 # The npm package as its users meet it: packed, installed unchanged, built by Vite / webpack /
 # esbuild and run in headless Chromium, consumed by Node (ESM, CJS) and strict tsc, and the edge
@@ -119,6 +119,32 @@ else
   failed=$((failed + 1)); failed_steps+=("browser-services")
 fi
 run npm-package npm_package
+# The README's main command, short: scripts/demo.sh itself on the corpus's first 300 sentences,
+# two Web Workers in headless Chromium, once on the embedded store and once on the Redis above
+# (two servers, a key prefix of its own), with the debug binary and the pkg/ built above. Fails
+# unless each run exits 0 and ends `demo: ok`.
+demo_short() {
+  local bin="${CARGO_TARGET_DIR:-target}/debug/ternflow" out store rc=0
+  out=$(mktemp -d)
+  for store in sqlite redis; do
+    local extra=()
+    if [ "$store" = redis ]; then
+      [ -n "${TERNFLOW_TEST_REDIS:-}" ] || { echo "demo-short: no Redis (the browser-test services did not start)"; return 1; }
+      extra=(--redis "$TERNFLOW_TEST_REDIS")
+    fi
+    echo "--- scripts/demo.sh --sentences 300 --workers 2 ${extra[*]}"
+    timeout 600 scripts/demo.sh --bin "$bin" --sentences 300 --workers 2 --out "$out/$store" "${extra[@]}" 2>&1 |
+      tee "$out/$store.log"
+    local code=${PIPESTATUS[0]}
+    if [ "$code" -ne 0 ] || [ "$(tail -n 1 "$out/$store.log")" != "demo: ok" ]; then
+      echo "demo-short ($store): exit $code, last line: $(tail -n 1 "$out/$store.log")"
+      rc=1
+    fi
+  done
+  rm -rf "$out"
+  return $rc
+}
+run demo-short demo_short
 # The chaos run's short form (scripts/chaos.sh is the full one): 1 000 jobs, 2 browser workers,
 # two servers on a Redis with AOF; workers terminated and restarted, Redis kill -9 + restart, a
 # server stopped and restarted; nothing lost, fences hold, every vector equal to a fresh embed.
