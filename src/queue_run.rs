@@ -1,6 +1,8 @@
-//! The queue loop in a Web Worker: `start` runs the core loop with SSE wake-ups and pushes
-//! metrics to the page and the server every [`METRICS_INTERVAL_MS`]; `stop` drains it by a
-//! deadline and leaves a fresh pipeline (same settings) for the next start.
+//! The queue loop in a Web Worker: `start` runs the core loop with SSE wake-ups, pushes
+//! metrics to the page and the server every [`METRICS_INTERVAL_MS`], and tells the page which
+//! leases it holds (`leases` messages, at most one per [`LEASE_MIRROR_MS`]), so the page can
+//! hand them back when it goes away; `stop` drains it by a deadline and leaves a fresh pipeline
+//! (same settings) for the next start.
 
 use std::rc::Rc;
 
@@ -18,6 +20,10 @@ use crate::state::{browser_pipeline, db_settings, pipeline, Running, STATE};
 
 /// How often metrics are pushed while the queue loop runs.
 const METRICS_INTERVAL_MS: u64 = 2_000;
+
+/// Lease changes are gathered this long before they are posted to the page: a claim of
+/// hundreds of jobs, or a batch of acks, is one message.
+const LEASE_MIRROR_MS: u64 = 50;
 
 /// Starts the queue loop (with `concurrency` jobs in flight, when given).
 pub(crate) async fn start(concurrency: Option<u32>) -> Result<(), WorkerError> {
@@ -56,8 +62,17 @@ pub(crate) async fn start(concurrency: Option<u32>) -> Result<(), WorkerError> {
     ));
     let (tx, rx) = oneshot::channel();
     let (lp, lw) = (p.clone(), wake.clone());
+    p.watch_leases();
     wasm_bindgen_futures::spawn_local(async move {
-        let sum = lp.run_queue(&*lw).await;
+        let run = lp.run_queue(&*lw);
+        let mirror = mirror_leases(&lp);
+        futures_util::pin_mut!(run, mirror);
+        let sum = match futures_util::future::select(run, mirror).await {
+            futures_util::future::Either::Left((sum, _)) => sum,
+            futures_util::future::Either::Right(((), run)) => run.await,
+        };
+        // The last changes: what the stop handed back is no longer the page's to release.
+        post_leases(&lp);
         let _ = tx.send(sum);
     });
     let mp = p.clone();
@@ -97,6 +112,32 @@ pub(crate) fn update_gauges(p: &Pipeline<Browser>) {
             crate::idb::IdbCache::skipped_reads_in_thread() as f64,
         );
     }
+}
+
+/// Posts the queue loop's lease changes to the page, each batch once it settled (never ends:
+/// it runs beside the loop and is dropped with it).
+async fn mirror_leases(p: &Pipeline<Browser>) {
+    loop {
+        p.lease_changes().await;
+        BrowserClock.sleep(LEASE_MIRROR_MS).await;
+        post_leases(p);
+    }
+}
+
+/// Posts the lease changes since the last post, if any.
+fn post_leases(p: &Pipeline<Browser>) {
+    let c = p.take_lease_changes();
+    if c.is_empty() {
+        return;
+    }
+    crate::page::post(&FromWorker::Leases {
+        held: c
+            .held
+            .into_iter()
+            .map(|(id, token)| ternflow_core::protocol::LeaseRef { id, token })
+            .collect(),
+        gone: c.gone,
+    });
 }
 
 async fn push_metrics(p: &Pipeline<Browser>) {

@@ -44,6 +44,11 @@ export class EmbeddingWorker extends EventTarget {
   #pending = new Map();
   #options;
   #dead = null;
+  /** The server the worker talks to, `{ url, token }` (the token as last handed to it). */
+  #server = null;
+  /** The leases the worker's queue loop holds, job id → token (its `leases` messages). */
+  #leases = new Map();
+  #leaving = null;
 
   constructor(options = {}) {
     super();
@@ -112,6 +117,11 @@ export class EmbeddingWorker extends EventTarget {
       this.dispatchEvent(new CustomEvent("metrics", { detail: msg.metrics }));
       return;
     }
+    if (msg.type === "leases") {
+      for (const id of msg.gone) this.#leases.delete(id);
+      for (const l of msg.held) this.#leases.set(l.id, l.token);
+      return;
+    }
     const p = this.#pending.get(msg.id);
     if (!p) return;
     if (msg.type === "progress") {
@@ -152,7 +162,10 @@ export class EmbeddingWorker extends EventTarget {
     if (!this.#tokenFn) return;
     Promise.resolve()
       .then(() => this.#tokenFn())
-      .then((token) => this.#request({ type: "token", token: String(token) }))
+      .then((token) => {
+        if (this.#server) this.#server.token = String(token);
+        return this.#request({ type: "token", token: String(token) });
+      })
       // The worker stops waiting after a while and reports the 401 as the job's error.
       .catch(() => {});
   }
@@ -163,6 +176,7 @@ export class EmbeddingWorker extends EventTarget {
       this.#tokenFn = server.token;
       server = { url: server.url, token: String(await this.#tokenFn()), renewable: true };
     }
+    if (server) this.#server = { url: server.url, token: server.token };
     return this.#request(
       {
         type: "init",
@@ -255,8 +269,54 @@ export class EmbeddingWorker extends EventTarget {
   async start({ server, token, concurrency, signal } = {}) {
     await this.ready;
     if (server) await this.#init(normaliseServer(server, token), signal);
+    this.#watchLeaving();
     await this.#request({ type: "start", concurrency: concurrency ?? null }, { signal, what: "start" });
     signal?.addEventListener("abort", () => this.stop().catch(() => {}), { once: true });
+  }
+
+  /**
+   * When the page goes away (`pagehide`: a closed tab, a navigation, the back-forward cache;
+   * `freeze`: a tab the browser suspends), its worker is torn down mid-job: the leases it holds
+   * are handed back then, so their jobs are claimable again at once instead of after a lease.
+   */
+  #watchLeaving() {
+    if (this.#leaving || typeof globalThis.addEventListener !== "function") return;
+    this.#leaving = () => this.#handBack();
+    globalThis.addEventListener("pagehide", this.#leaving);
+    globalThis.document?.addEventListener?.("freeze", this.#leaving);
+  }
+
+  /**
+   * Hands every lease the worker holds back to the server in requests that outlive the page
+   * (`fetch` with `keepalive`: at most 64 KiB in flight, so in bodies of at most 100 leases and
+   * 48 KiB); the worker finds them lost if it runs on. Best effort: what cannot be sent expires.
+   */
+  #handBack() {
+    const server = this.#server;
+    if (!server?.url || this.#leases.size === 0) return;
+    const url = server.url.replace(/\/+$/, "") + "/v1/jobs/release";
+    const headers = { "content-type": "application/json" };
+    if (server.token) headers.authorization = "Bearer " + server.token;
+    // Keepalive bodies in flight share 64 KiB: leave room for the headers.
+    let left = 60 * 1024, batch = [], size = 16;
+    const flush = () => {
+      const body = JSON.stringify({ leases: batch });
+      left -= body.length;
+      fetch(url, { method: "POST", keepalive: true, headers, body }).catch(() => {});
+      batch = [];
+      size = 16;
+    };
+    for (const [id, token] of this.#leases) {
+      const n = id.length + token.length + 24; // ids and tokens are ASCII
+      if (batch.length === 100 || size + n > Math.min(48 * 1024, left)) {
+        if (batch.length) flush();
+        if (size + n > left) break;
+      }
+      batch.push({ id, token });
+      size += n;
+    }
+    if (batch.length) flush();
+    this.#leases.clear();
   }
 
   /** Stops queue mode, finishing in-flight jobs for up to `deadline` ms; resolves to a summary. */
@@ -269,8 +329,12 @@ export class EmbeddingWorker extends EventTarget {
     return (await this.#request({ type: "stats" })).metrics;
   }
 
-  /** Ends the worker at once (no drain: prefer `stop` first); pending calls reject `terminated`. */
+  /**
+   * Ends the worker at once (no drain: prefer `stop` first), handing back the leases it held;
+   * pending calls reject `terminated`.
+   */
   terminate() {
+    this.#handBack();
     this.#fail(new TernflowError("terminated", "the worker was terminated"));
   }
 }

@@ -1,4 +1,4 @@
-//! The batch requests (`POST /v1/jobs/ack`, `/heartbeat`, `/nack`) built from the pairs the
+//! The batch requests (`POST /v1/jobs/ack`, `/heartbeat`, `/nack`, `/release`) built from the pairs the
 //! [`JobSource`](crate::ports::JobSource) batch methods take, and their answers read back as one
 //! `Result` per item, in order: the same for every adapter (browser, WASI), so only the transport
 //! is theirs. An answer with a different number of items than the request fails the whole batch.
@@ -7,7 +7,8 @@ use crate::error::{Error, Result};
 use crate::protocol::{
     AckBatchRequest, AckBatchResponse, AckItem, AckItemOutcome, AckRequest, HeartbeatBatchRequest,
     HeartbeatBatchResponse, Lease, LeaseRef, NackBatchRequest, NackBatchResponse, NackItem,
-    NackItemOutcome, NackRequest, NackResponse,
+    NackItemOutcome, NackRequest, NackResponse, ReleaseBatchRequest, ReleaseBatchResponse,
+    ReleaseOutcome,
 };
 
 /// A 404 for job `id`, as the one-job routes answer it.
@@ -78,18 +79,51 @@ impl AckBatchResponse {
     }
 }
 
+/// `(job id, token)` pairs as [`LeaseRef`]s.
+fn lease_refs(leases: &[(String, String)]) -> Vec<LeaseRef> {
+    leases
+        .iter()
+        .map(|(id, token)| LeaseRef {
+            id: id.clone(),
+            token: token.clone(),
+        })
+        .collect()
+}
+
 impl HeartbeatBatchRequest {
     /// The body for `(job id, token)` pairs.
     pub fn from_pairs(leases: &[(String, String)]) -> Self {
         HeartbeatBatchRequest {
-            leases: leases
-                .iter()
-                .map(|(id, token)| LeaseRef {
-                    id: id.clone(),
-                    token: token.clone(),
-                })
-                .collect(),
+            leases: lease_refs(leases),
         }
+    }
+}
+
+impl ReleaseBatchRequest {
+    /// The body for `(job id, token)` pairs.
+    pub fn from_pairs(leases: &[(String, String)]) -> Self {
+        ReleaseBatchRequest {
+            leases: lease_refs(leases),
+        }
+    }
+}
+
+impl ReleaseBatchResponse {
+    /// One result per lease sent: handed back (whatever it did to the job's attempts), or
+    /// [`Error::LeaseLost`] when the token no longer held it.
+    ///
+    /// # Errors
+    /// [`Error::Protocol`] when the answer does not have `sent` results.
+    pub fn into_results(self, sent: usize) -> Result<Vec<Result<()>>> {
+        same_len("release", self.results.len(), sent)?;
+        Ok(self
+            .results
+            .into_iter()
+            .map(|r| match r.outcome {
+                ReleaseOutcome::Lost => Err(Error::LeaseLost(r.id)),
+                ReleaseOutcome::Released | ReleaseOutcome::Counted | ReleaseOutcome::Dead => Ok(()),
+            })
+            .collect())
     }
 }
 

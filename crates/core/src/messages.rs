@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{ResultSource, TextInfo, WorkerMetrics};
+use crate::protocol::{LeaseRef, ResultSource, TextInfo, WorkerMetrics};
 pub use crate::queue::claim_loop::RunSummary;
 
 /// Where the worker finds its server.
@@ -192,6 +192,15 @@ pub enum FromWorker {
     Metrics {
         /// The snapshot.
         metrics: WorkerMetrics,
+    },
+    /// The leases the queue loop took and gave up since the last such message (no request;
+    /// see `ternflow_core::queue::lease_journal`): the page keeps them, to hand them all back in
+    /// one request that outlives it when it goes away. Apply `gone`, then `held`.
+    Leases {
+        /// Leases taken.
+        held: Vec<LeaseRef>,
+        /// Jobs whose lease the worker no longer holds.
+        gone: Vec<String>,
     },
     /// How far a `LoadModel` or `Embed` with `progress: true` is (no reply of its own).
     Progress {

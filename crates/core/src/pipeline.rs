@@ -17,6 +17,8 @@ use crate::metrics::{gauges, histograms, names, Metrics};
 use crate::ports::{Clock, Embedder, JobSource, LocalCache, Locks, PutOutcome, RemoteCache};
 use crate::protocol::{CacheEntry, CachePut, LockGrant, ResultSource, TextInfo, Vector};
 use crate::queue::batch_queue::{AckQueue, NackQueue};
+use crate::queue::lease_board::LeaseBoard;
+use crate::queue::lease_journal::LeaseChanges;
 use crate::queue::signal::StopSignal;
 use crate::ratelimit::RateLimiter;
 use crate::retry::jittered_ttl_ms;
@@ -122,6 +124,8 @@ pub struct Pipeline<P: Ports> {
     pub(crate) backend_limiter: RateLimiter,
     pub(crate) acks: AckQueue,
     pub(crate) nacks: NackQueue,
+    /// The leases the queue loop holds.
+    pub(crate) leases: LeaseBoard,
 }
 
 /// The adapters a [`Pipeline`] is built from and runs on.
@@ -167,7 +171,27 @@ impl<P: Ports> Pipeline<P> {
             stop: StopSignal::new(),
             acks: AckQueue::default(),
             nacks: NackQueue::default(),
+            leases: LeaseBoard::default(),
         }
+    }
+
+    /// Starts recording the leases the queue loop takes and gives up, for
+    /// [`Pipeline::take_lease_changes`] (see [`crate::queue::lease_journal`]); nothing is kept
+    /// before.
+    pub fn watch_leases(&self) {
+        self.leases.journal.watch();
+    }
+
+    /// The leases the queue loop took and gave up since the last call, once
+    /// [`Pipeline::watch_leases`] started recording: the browser mirrors them on the page, which
+    /// hands them back when it goes away.
+    pub fn take_lease_changes(&self) -> LeaseChanges {
+        self.leases.journal.take()
+    }
+
+    /// Resolves once [`Pipeline::take_lease_changes`] has something to take.
+    pub async fn lease_changes(&self) {
+        self.leases.journal.changed().await;
     }
 
     /// The shared random source (jitter, trace ids).

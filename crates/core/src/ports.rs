@@ -66,6 +66,16 @@ pub trait JobSource {
     /// Hands a lease back without using an attempt (the worker is stopping).
     /// [`Error::LeaseLost`](crate::Error::LeaseLost) when it is no longer held.
     async fn release(&self, job_id: &str, token: &str, trace: &str) -> Result<()>;
+    /// Hands many leases back in one request, one result per `(job id, token)` in order (a lost
+    /// lease is that lease's [`Error::LeaseLost`](crate::Error::LeaseLost)); `Err` when the
+    /// request as a whole failed. The default sends them one by one.
+    async fn release_many(&self, leases: &[(String, String)]) -> Result<Vec<Result<()>>> {
+        let mut out = Vec::with_capacity(leases.len());
+        for (id, token) in leases {
+            out.push(self.release(id, token, "").await);
+        }
+        Ok(out)
+    }
 }
 
 /// The first cache level, inside the worker (IndexedDB, Cache API or memory).

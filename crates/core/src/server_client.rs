@@ -23,8 +23,8 @@ use crate::protocol::{
     AckBatchRequest, AckBatchResponse, AckRequest, CacheEntry, CachePut, ClaimRequest,
     ClaimResponse, ClaimedJob, EmbedRequest, EmbedResponse, ErrorBody, HeartbeatBatchRequest,
     HeartbeatBatchResponse, HeartbeatRequest, HeartbeatResponse, Lease, LockGrant, LockRequest,
-    LockToken, NackBatchRequest, NackBatchResponse, NackRequest, NackResponse, ReleaseRequest,
-    WorkerMetrics,
+    LockToken, NackBatchRequest, NackBatchResponse, NackRequest, NackResponse, ReleaseBatchRequest,
+    ReleaseBatchResponse, ReleaseRequest, WorkerMetrics,
 };
 
 /// The request methods the protocol uses.
@@ -331,6 +331,21 @@ impl<T: Transport> JobSource for ServerClient<T> {
             409 => Err(Error::LeaseLost(job_id.to_owned())),
             _ => Err(a.failure().0),
         }
+    }
+
+    async fn release_many(&self, leases: &[(String, String)]) -> Result<Vec<Result<()>>> {
+        let body = ReleaseBatchRequest::from_pairs(leases);
+        let a = self.post("/v1/jobs/release", &body, "").await?;
+        if matches!(a.status, 404 | 405) {
+            // A server from before the batch route: one request per lease.
+            let mut out = Vec::with_capacity(leases.len());
+            for (id, token) in leases {
+                out.push(JobSource::release(self, id, token, "").await);
+            }
+            return Ok(out);
+        }
+        a.expect::<ReleaseBatchResponse>(None)?
+            .into_results(leases.len())
     }
 }
 

@@ -152,3 +152,47 @@ pub struct ReleaseRequest {
     /// The lease token.
     pub token: String,
 }
+
+/// `POST /v1/jobs/release` body: hands many leases back in one request (at most the server's
+/// claim limit): a worker that stops, or whose page goes away (`pagehide`, sent with `fetch`'s
+/// `keepalive` so it outlives the page), gives back every lease it holds at once, and the jobs
+/// are claimable again at once instead of after their leases.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ReleaseBatchRequest {
+    /// The leases, each answered on its own.
+    pub leases: Vec<LeaseRef>,
+}
+
+/// What a release did to its job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ReleaseOutcome {
+    /// Ready again at once; the delivery used no attempt.
+    Released,
+    /// Ready again, the delivery counted as an attempt (the job's free releases are used up).
+    Counted,
+    /// Counted, and that was its last attempt: dead-lettered.
+    Dead,
+    /// The token does not hold the lease (lost, finished, unknown or forged): nothing changed.
+    Lost,
+}
+
+/// One answer of a [`ReleaseBatchResponse`], in the request's order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ReleaseItem {
+    /// Job id.
+    pub id: String,
+    /// What the release did.
+    pub outcome: ReleaseOutcome,
+}
+
+/// `POST /v1/jobs/release` response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ReleaseBatchResponse {
+    /// One answer per lease, in order.
+    pub results: Vec<ReleaseItem>,
+}

@@ -70,9 +70,7 @@ impl<P: Ports> Pipeline<P> {
     /// attempt).
     pub async fn run_queue<W: Wakeups>(&self, wake: &W) -> RunSummary {
         let mut sum = RunSummary::default();
-        // Declared before the tasks that borrow it.
-        let board = LeaseBoard::default();
-        let board = &board;
+        let board = &self.leases;
         let mut tasks: FuturesUnordered<Task<'_>> = FuturesUnordered::new();
         tasks.push(Box::pin(async {
             self.stop.wait().await;
@@ -272,16 +270,15 @@ impl<P: Ports> Pipeline<P> {
                 }
                 Event::Deadline => {
                     let left = board.drain();
-                    for (id, token) in left {
-                        self.hand_back(&id, &token).await;
-                        sum.handed_back += 1;
-                    }
+                    sum.handed_back += left.len() as u64;
+                    self.hand_back_all(&left).await;
                     if claim_pending {
                         // A long-poll claim is still out: dropping it would leave its jobs
                         // leased to nobody until their leases expire. Wait for its answer (at
                         // most the claim's wait) and hand those back too.
                         while let Some(ev) = tasks.next().await {
                             if let Event::Claimed(r) = ev {
+                                let mut late = Vec::new();
                                 for job in r.unwrap_or_default() {
                                     sum.claimed += 1;
                                     if job.resolved {
@@ -289,9 +286,10 @@ impl<P: Ports> Pipeline<P> {
                                         sum.done += 1;
                                         continue;
                                     }
-                                    self.hand_back(&job.id, &job.lease.token).await;
-                                    sum.handed_back += 1;
+                                    late.push((job.id, job.lease.token));
                                 }
+                                sum.handed_back += late.len() as u64;
+                                self.hand_back_all(&late).await;
                                 break;
                             }
                         }
@@ -373,6 +371,20 @@ impl<P: Ports> Pipeline<P> {
             _ => {}
         }
         board.lose_expired(self.adapters.clock.now_ms());
+    }
+
+    /// Hands leases back in one request, without using attempts; the jobs are ready again at
+    /// once.
+    async fn hand_back_all(&self, leases: &[(String, String)]) {
+        if leases.is_empty() {
+            return;
+        }
+        let failed = match self.adapters.source.release_many(leases).await {
+            Ok(results) => results.iter().filter(|r| r.is_err()).count(),
+            // Unreachable: the leases expire and the server re-delivers.
+            Err(_) => leases.len(),
+        };
+        self.metrics.add(names::RELEASE_FAILURES, failed as u64);
     }
 
     /// Hands a lease back without using an attempt; the job is ready again at once.

@@ -6,13 +6,16 @@
 //! honours as lost, which wakes its job so it stops without acking. A round that cannot reach
 //! the server changes nothing until a lease's own expiry passes; then that lease counts as
 //! lost too (the server re-delivers it to someone else). The board also answers which jobs to
-//! hand back at the stop deadline. It lives in the queue loop: nothing else sees it.
+//! hand back at the stop deadline. It lives in the pipeline, for the queue loop; what it
+//! holds reaches an adapter only as the changes its [`LeaseJournal`] records.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
+
+use super::lease_journal::LeaseJournal;
 
 struct Held {
     token: String,
@@ -27,6 +30,17 @@ pub(crate) struct LeaseBoard {
     held: RefCell<BTreeMap<String, Held>>,
     /// Who waits for the first lease (the heartbeat round, while none is held).
     idle_waker: RefCell<Option<Waker>>,
+    /// Every lease taken and given up, for an adapter's mirror.
+    pub(crate) journal: LeaseJournal,
+}
+
+impl std::fmt::Debug for LeaseBoard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the tokens.
+        f.debug_struct("LeaseBoard")
+            .field("held", &self.held.borrow().len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl LeaseBoard {
@@ -41,6 +55,7 @@ impl LeaseBoard {
                 waker: None,
             },
         );
+        self.journal.held(id, token);
         if let Some(w) = self.idle_waker.borrow_mut().take() {
             w.wake();
         }
@@ -49,6 +64,7 @@ impl LeaseBoard {
     /// Forgets a finished job's lease.
     pub(crate) fn forget(&self, id: &str) {
         self.held.borrow_mut().remove(id);
+        self.journal.gone(id);
     }
 
     /// Every lease still held (not lost): `(job id, token)`.
@@ -64,7 +80,9 @@ impl LeaseBoard {
     /// Takes every lease out (the stop deadline hands them back).
     pub(crate) fn drain(&self) -> Vec<(String, String)> {
         let out = self.snapshot();
-        self.held.borrow_mut().clear();
+        for id in std::mem::take(&mut *self.held.borrow_mut()).into_keys() {
+            self.journal.gone(&id);
+        }
         out
     }
 

@@ -4,10 +4,12 @@
 //! - [`job`]: one claimed job — retries, ack or nack.
 //! - [`batch_queue`]: acks and nacks of jobs that finish together, sent as one request.
 //! - `lease_board`: the leases held, kept alive by one batched heartbeat.
+//! - [`lease_journal`]: what changed in them since an adapter last looked (the page's mirror).
 //! - [`signal`]: the stop signal the loop awaits.
 
 pub mod batch_queue;
 pub mod claim_loop;
 pub mod job;
 pub(crate) mod lease_board;
+pub mod lease_journal;
 pub mod signal;

@@ -11,7 +11,8 @@ use ternflow_core::protocol::{
     ClaimRequest, ClaimResponse, EnqueueRequest, EnqueueResponse, ErrorDetail,
     HeartbeatBatchRequest, HeartbeatBatchResponse, HeartbeatItem, HeartbeatRequest,
     HeartbeatResponse, JobState, JobStatus, NackBatchRequest, NackBatchResponse, NackItemOutcome,
-    NackItemResult, NackRequest, NackResponse, ReleaseRequest, StatusList, StatusRequest,
+    NackItemResult, NackRequest, NackResponse, ReleaseBatchRequest, ReleaseBatchResponse,
+    ReleaseItem, ReleaseOutcome, ReleaseRequest, StatusList, StatusRequest,
 };
 use ternflow_core::trace::TraceParent;
 
@@ -381,32 +382,91 @@ pub(crate) async fn release(
     Json(req): Json<ReleaseRequest>,
 ) -> Result<StatusCode> {
     valid_id(&id)?;
-    let limit = if verifier::policy(&state).enabled {
+    let outcome = release_one(&state, &id, &req.token).await?;
+    if outcome == ReleaseOutcome::Lost {
+        return Err(lost_or_missing(&state, &id).await);
+    }
+    if outcome == ReleaseOutcome::Dead {
+        publish_finished(&state, Vec::new(), vec![id]).await;
+    }
+    publish_depth(&state).await;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/jobs/release`: hands many leases back, each answered on its own (a lease the token
+/// does not hold is `lost`, nothing changed): what a stopping worker, or a page going away,
+/// sends for every lease it holds.
+pub(crate) async fn release_batch(
+    state: Ctx,
+    Json(req): Json<ReleaseBatchRequest>,
+) -> Result<Json<ReleaseBatchResponse>> {
+    if req.leases.is_empty() {
+        return Err(Error::bad_request(ErrorCode::EmptyBatch, "no leases"));
+    }
+    if req.leases.len() > state.config.max_claim as usize {
+        return Err(Error::too_large(
+            ErrorCode::BatchTooLarge,
+            format!("at most {} leases per request", state.config.max_claim),
+        ));
+    }
+    for l in &req.leases {
+        valid_id(&l.id)?;
+    }
+    // Its own task: the sender is often a page that is gone (`keepalive`), and a connection
+    // dropped halfway must not leave half the leases held.
+    let done = tokio::spawn(async move {
+        let mut results = Vec::with_capacity(req.leases.len());
+        let mut dead = Vec::new();
+        for l in req.leases {
+            let outcome = release_one(&state, &l.id, &l.token).await?;
+            if outcome == ReleaseOutcome::Dead {
+                dead.push(l.id.clone());
+            }
+            results.push(ReleaseItem { id: l.id, outcome });
+        }
+        // A lease already finished or lost is not counted as lost here: a page that goes away
+        // while its last acks land sends some of those.
+        publish_finished(&state, Vec::new(), dead).await;
+        if results.iter().any(|r| r.outcome != ReleaseOutcome::Lost) {
+            publish_depth(&state).await;
+        }
+        Ok::<_, Error>(ReleaseBatchResponse { results })
+    });
+    match done.await {
+        Ok(r) => Ok(Json(r?)),
+        Err(e) => Err(Error::Unavailable(format!(
+            "the release did not finish: {e}"
+        ))),
+    }
+}
+
+/// Hands `id`'s lease back if `token` holds it, counted as the job's rules say (its first
+/// `--free-releases` use no attempt), with the metrics; the caller publishes.
+async fn release_one(state: &Ctx, id: &str, token: &str) -> Result<ReleaseOutcome> {
+    let limit = if verifier::policy(state).enabled {
         u32::MAX
     } else {
         state.config.max_attempts
     };
     let free = state.config.free_releases;
-    match state
+    let outcome = match state
         .store
-        .release(&id, &req.token, free, limit, state.now())
+        .release(id, token, free, limit, state.now())
         .await?
     {
-        Released::NotHeld => return Err(lost_or_missing(&state, &id).await),
-        Released::Free => state.metrics.add(|c| &c.leases_released, 1),
-        Released::Counted => {
-            state.metrics.add(|c| &c.leases_released, 1);
-            state.metrics.add(|c| &c.releases_counted, 1);
-        }
-        Released::Dead => {
-            state.metrics.add(|c| &c.leases_released, 1);
-            state.metrics.add(|c| &c.releases_counted, 1);
-            state.metrics.add(|c| &c.jobs_dead, 1);
-            publish_finished(&state, Vec::new(), vec![id.clone()]).await;
-        }
+        Released::NotHeld => return Ok(ReleaseOutcome::Lost),
+        Released::Free => ReleaseOutcome::Released,
+        Released::Counted => ReleaseOutcome::Counted,
+        Released::Dead => ReleaseOutcome::Dead,
+    };
+    state.metrics.add(|c| &c.leases_released, 1);
+    if outcome != ReleaseOutcome::Released {
+        state.metrics.add(|c| &c.releases_counted, 1);
     }
-    publish_depth(&state).await;
-    Ok(StatusCode::NO_CONTENT)
+    if outcome == ReleaseOutcome::Dead {
+        state.metrics.add(|c| &c.jobs_dead, 1);
+    }
+    Ok(outcome)
 }
 
 pub(crate) async fn nack(

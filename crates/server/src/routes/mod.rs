@@ -140,6 +140,7 @@ pub fn router(state: AppState) -> Router {
             .route("/v1/jobs/ack", post(jobs::ack_batch))
             .route("/v1/jobs/heartbeat", post(jobs::heartbeat_batch))
             .route("/v1/jobs/nack", post(jobs::nack_batch))
+            .route("/v1/jobs/release", post(jobs::release_batch))
             .route("/v1/jobs/{id}/heartbeat", post(jobs::heartbeat))
             .route("/v1/jobs/{id}/ack", post(jobs::ack))
             .route("/v1/jobs/{id}/nack", post(jobs::nack))

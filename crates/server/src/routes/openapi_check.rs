@@ -83,6 +83,8 @@ fn components() -> Vec<Component> {
         "QuarantineList" => quarantine::QuarantineList,
         "QueueDepth" => p::QueueDepth,
         "Readiness" => health::Readiness,
+        "ReleaseBatchRequest" => p::ReleaseBatchRequest,
+        "ReleaseBatchResponse" => p::ReleaseBatchResponse,
         "ReleaseRequest" => p::ReleaseRequest,
         "ResetEvent" => p::ResetEvent,
         "Stats" => p::Stats,

@@ -1,5 +1,6 @@
-//! The queue routes: enqueue, claim (long poll), heartbeat, ack, nack, release, status, the
-//! dead-letter queue, batches, traces, and the cache entry a claim or an ack carries.
+//! The queue routes: enqueue, claim (long poll), heartbeat, ack, nack, release (one and many),
+//! status, the dead-letter queue, batches, traces, and the cache entry a claim or an ack
+//! carries.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -471,6 +472,120 @@ async fn a_batch_heartbeat_extends_each_held_lease_on_its_own() {
         r.json["jobs"][0]["result"]["vector"], "",
         "vectors by default"
     );
+}
+
+#[tokio::test]
+async fn a_batch_release_hands_each_held_lease_back_on_its_own() {
+    let (state, _) = state_with(Config {
+        free_releases: 1,
+        ..Config::default()
+    });
+    let app = app(state);
+    let api = Api(app.clone());
+    let jobs: Vec<Value> = (0..2)
+        .map(|i| json!({"id": format!("r{i}"), "text": format!("text {i}")}))
+        .collect();
+    api.enqueue(json!({ "jobs": jobs })).await;
+    let claim = || async {
+        let r = api
+            .post(
+                Some(WORKER),
+                "/v1/jobs/claim",
+                json!({"worker": "w", "max": 2}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        r.json["jobs"].as_array().unwrap().clone()
+    };
+    let claimed = claim().await;
+    assert_eq!(claimed.len(), 2);
+    let token = |jobs: &[Value], id: &str| {
+        jobs.iter().find(|j| j["id"] == id).unwrap()["lease"]["token"].clone()
+    };
+    let release = |leases: Value| {
+        let api = Api(app.clone());
+        async move {
+            let r = api
+                .post(
+                    Some(WORKER),
+                    "/v1/jobs/release",
+                    json!({ "leases": leases }),
+                )
+                .await;
+            assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+            r.json["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| {
+                    (
+                        x["id"].as_str().unwrap().to_owned(),
+                        x["outcome"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let got = release(json!([
+        {"id": "r0", "token": token(&claimed, "r0")},
+        {"id": "r1", "token": "forged"},
+        {"id": "nope", "token": "t"},
+    ]))
+    .await;
+    let want = |v: &[(&str, &str)]| {
+        v.iter()
+            .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        got,
+        want(&[("r0", "released"), ("r1", "lost"), ("nope", "lost")])
+    );
+    let r = api.get(Some(WORKER), "/v1/jobs/r0").await;
+    assert_eq!(
+        r.json["state"], "queued",
+        "claimable again at once: {}",
+        r.text
+    );
+    let r = api.get(Some(WORKER), "/v1/jobs/r1").await;
+    assert_eq!(
+        r.json["state"], "leased",
+        "a forged release changes nothing"
+    );
+    // The same token again: the lease is no longer its to give.
+    let again = release(json!([{"id": "r0", "token": token(&claimed, "r0")}])).await;
+    assert_eq!(again, want(&[("r0", "lost")]));
+    // Past the job's one free release, a release counts as an attempt.
+    let second = claim().await;
+    assert_eq!(second.len(), 1, "r0 again");
+    let got = release(json!([
+        {"id": "r0", "token": token(&second, "r0")},
+        {"id": "r1", "token": token(&claimed, "r1")},
+    ]))
+    .await;
+    assert_eq!(got, want(&[("r0", "counted"), ("r1", "released")]));
+    // Bounds and roles.
+    let r = api
+        .post(Some(WORKER), "/v1/jobs/release", json!({"leases": []}))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.json["error"]["code"], "empty_batch");
+    let many: Vec<Value> = (0..257)
+        .map(|i| json!({"id": format!("x{i}"), "token": "t"}))
+        .collect();
+    let r = api
+        .post(Some(WORKER), "/v1/jobs/release", json!({ "leases": many }))
+        .await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(r.json["error"]["code"], "batch_too_large");
+    let r = api
+        .post(
+            Some(PRODUCER),
+            "/v1/jobs/release",
+            json!({"leases": [{"id": "r1", "token": "t"}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "workers only");
 }
 
 #[tokio::test]
