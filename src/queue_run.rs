@@ -25,8 +25,27 @@ const METRICS_INTERVAL_MS: u64 = 2_000;
 /// hundreds of jobs, or a batch of acks, is one message.
 const LEASE_MIRROR_MS: u64 = 50;
 
-/// Starts the queue loop (with `concurrency` jobs in flight, when given).
-pub(crate) async fn start(concurrency: Option<u32>) -> Result<(), WorkerError> {
+thread_local! {
+    /// Whether the page paused the queue loop: kept here, so a pause holds across the
+    /// pipelines that `stop()` and `start()` replace.
+    static PAUSED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Pauses (no new claims; jobs in hand finish) or resumes the queue loop, now and for every
+/// later start until the page says otherwise.
+pub(crate) fn pause(paused: bool) {
+    PAUSED.with(|c| c.set(paused));
+    if let Ok(p) = pipeline() {
+        p.pause.set(paused);
+    }
+}
+
+/// Starts the queue loop (with `concurrency` jobs in flight, and the engine within `cpu_share`
+/// of wall time, when given).
+pub(crate) async fn start(
+    concurrency: Option<u32>,
+    cpu_share: Option<f64>,
+) -> Result<(), WorkerError> {
     if STATE.with(|s| s.borrow().running.is_some()) {
         return Err(WorkerError::BadMessage("already started".into()));
     }
@@ -42,6 +61,15 @@ pub(crate) async fn start(concurrency: Option<u32>) -> Result<(), WorkerError> {
     let Some(base) = p.adapters.source.base() else {
         return Err(WorkerError::BadMessage("queue mode needs a server".into()));
     };
+    if let Some(share) = cpu_share {
+        if !(share > 0.0 && share <= 1.0) {
+            return Err(WorkerError::BadConfig(format!(
+                "budget must be in (0, 1] (a share of one core), not {share}"
+            )));
+        }
+    }
+    p.cpu.set_share(cpu_share.unwrap_or(1.0));
+    p.pause.set(PAUSED.with(|c| c.get()));
     let inval = Rc::downgrade(&p);
     let client = p.adapters.source.clone();
     let token: Rc<dyn Fn() -> String> = Rc::new(move || client.token());
@@ -106,6 +134,11 @@ pub(crate) fn update_gauges(p: &Pipeline<Browser>) {
         gauges::ENGINE_WORKER_MEMORY_BYTES,
         engine.worker_memory_bytes().unwrap_or(0.0),
     );
+    p.metrics
+        .set_gauge(gauges::PAUSED, if p.pause.is_paused() { 1.0 } else { 0.0 });
+    p.metrics.set_gauge(gauges::CPU_SHARE, p.cpu.share());
+    p.metrics
+        .set_gauge(gauges::ENGINE_BUSY_MS, p.cpu.busy_ms() as f64);
     if p.adapters.local.as_idb().is_some() {
         p.metrics.set_gauge(
             gauges::LOCAL_READS_SKIPPED,

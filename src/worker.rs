@@ -35,8 +35,12 @@ pub async fn handle(data: JsValue) -> JsValue {
         Err(e) => return error_to_js(0, &WorkerError::BadMessage(e.to_string())),
     };
     let Some(id) = msg.id() else {
-        if let ToWorker::Cancel { target } = msg {
-            cancel::cancel(target);
+        match msg {
+            ToWorker::Cancel { target } => {
+                cancel::cancel(target);
+            }
+            ToWorker::Pause { paused } => crate::queue_run::pause(paused),
+            _ => {}
         }
         return JsValue::NULL;
     };
@@ -221,8 +225,12 @@ async fn dispatch(msg: ToWorker) -> Result<FromWorker, WorkerError> {
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(FromWorker::Embedded { id, embeddings })
         }
-        ToWorker::Start { id, concurrency } => {
-            start(concurrency).await?;
+        ToWorker::Start {
+            id,
+            concurrency,
+            cpu_share,
+        } => {
+            start(concurrency, cpu_share).await?;
             Ok(FromWorker::Started { id })
         }
         ToWorker::Stop { id, deadline_ms } => {
@@ -233,7 +241,9 @@ async fn dispatch(msg: ToWorker) -> Result<FromWorker, WorkerError> {
             apply_token(&token);
             Ok(FromWorker::TokenUpdated { id })
         }
-        ToWorker::Cancel { .. } => Err(WorkerError::BadMessage("a cancel has no reply".into())),
+        ToWorker::Cancel { .. } | ToWorker::Pause { .. } => Err(WorkerError::BadMessage(
+            "a cancel or pause has no reply".into(),
+        )),
         ToWorker::Stats { id } => {
             let p = pipeline()?;
             update_gauges(&p);

@@ -49,6 +49,10 @@ export class EmbeddingWorker extends EventTarget {
   /** The leases the worker's queue loop holds, job id → token (its `leases` messages). */
   #leases = new Map();
   #leaving = null;
+  /** Why queue mode is paused: `hidden`, `save-data`, `battery`, `paused`. */
+  #pausedFor = new Set();
+  #pausedSent = false;
+  #watchers = null;
 
   constructor(options = {}) {
     super();
@@ -266,12 +270,77 @@ export class EmbeddingWorker extends EventTarget {
    * Starts queue mode: pull jobs from the server with at most `concurrency` in flight. When
    * `signal` fires (before or after it started), queue mode stops.
    */
-  async start({ server, token, concurrency, signal } = {}) {
+  async start({ server, token, concurrency, signal, budget, pauseWhenHidden = true,
+    pauseOnSaveData = true, pauseOnBatteryBelow = 0.2 } = {}) {
+    if (budget !== undefined && !(typeof budget === "number" && budget > 0 && budget <= 1)) {
+      throw new TernflowError("bad_config", `budget must be a share of one core in (0, 1], not ${budget}`);
+    }
     await this.ready;
     if (server) await this.#init(normaliseServer(server, token), signal);
     this.#watchLeaving();
-    await this.#request({ type: "start", concurrency: concurrency ?? null }, { signal, what: "start" });
+    this.#watchDevice({ pauseWhenHidden, pauseOnSaveData, pauseOnBatteryBelow });
+    await this.#request({ type: "start", concurrency: concurrency ?? null, cpuShare: budget ?? null }, { signal, what: "start" });
     signal?.addEventListener("abort", () => this.stop().catch(() => {}), { once: true });
+  }
+
+  /** Pauses queue mode: no new claims (jobs in hand finish) until `resume()`. */
+  pause() {
+    this.#setPaused("paused", true);
+  }
+
+  /** Ends a `pause()`; the worker claims again unless another reason holds it. */
+  resume() {
+    this.#setPaused("paused", false);
+  }
+
+  /** Why queue mode is paused now (empty: it is not). */
+  get pausedFor() {
+    return [...this.#pausedFor];
+  }
+
+  #setPaused(reason, on) {
+    if (on) this.#pausedFor.add(reason);
+    else this.#pausedFor.delete(reason);
+    const paused = this.#pausedFor.size > 0;
+    if (paused === this.#pausedSent || this.#dead) return;
+    this.#pausedSent = paused;
+    this.#worker.postMessage({ type: "pause", paused });
+  }
+
+  /**
+   * What the visitor's device says, followed while queue mode may run: a hidden tab, a request
+   * to save data, a discharging battery below a level, each a reason to claim nothing.
+   */
+  #watchDevice({ pauseWhenHidden, pauseOnSaveData, pauseOnBatteryBelow }) {
+    this.#watchers?.abort();
+    const ctl = new AbortController();
+    this.#watchers = ctl;
+    const opts = { signal: ctl.signal };
+    const doc = globalThis.document;
+    this.#setPaused("hidden", false);
+    this.#setPaused("save-data", false);
+    this.#setPaused("battery", false);
+    if (pauseWhenHidden && doc) {
+      const seen = () => this.#setPaused("hidden", doc.visibilityState === "hidden");
+      doc.addEventListener("visibilitychange", seen, opts);
+      seen();
+    }
+    const conn = globalThis.navigator?.connection;
+    if (pauseOnSaveData && conn) {
+      const seen = () => this.#setPaused("save-data", Boolean(conn.saveData));
+      conn.addEventListener?.("change", seen, opts);
+      seen();
+    }
+    const getBattery = globalThis.navigator?.getBattery;
+    if (pauseOnBatteryBelow > 0 && typeof getBattery === "function") {
+      getBattery.call(globalThis.navigator).then((battery) => {
+        if (ctl.signal.aborted) return;
+        const seen = () => this.#setPaused("battery", !battery.charging && battery.level < pauseOnBatteryBelow);
+        battery.addEventListener("levelchange", seen, opts);
+        battery.addEventListener("chargingchange", seen, opts);
+        seen();
+      }, () => {});
+    }
   }
 
   /**

@@ -186,9 +186,29 @@ export class EmbeddingWorker extends EventTarget {
     server?: ServerOptions | string;
     token?: string;
     concurrency?: number;
+    /**
+     * The share of wall time the engine may compute, of one core: `0.25` is a quarter (measured
+     * busy time; the worker sleeps between batches). Default `1`: no budget. In (0, 1].
+     */
+    budget?: number;
+    /** No claims while the tab is hidden (jobs in hand finish). Default `true`. */
+    pauseWhenHidden?: boolean;
+    /** No claims while the visitor's connection asks to save data. Default `true`. */
+    pauseOnSaveData?: boolean;
+    /**
+     * No claims while the battery is discharging below this level (0–1), where the browser
+     * says (`navigator.getBattery`). Default `0.2`; `0` never pauses for the battery.
+     */
+    pauseOnBatteryBelow?: number;
     /** Stops queue mode when it fires. */
     signal?: AbortSignal;
   }): Promise<void>;
+  /** Pauses queue mode: no new claims (jobs in hand finish) until `resume()`. */
+  pause(): void;
+  /** Ends a `pause()` (the worker claims again unless another reason holds it: a hidden tab...). */
+  resume(): void;
+  /** Why queue mode is paused now: `hidden`, `save-data`, `battery`, `paused` (by `pause()`). */
+  readonly pausedFor: string[];
   stop(options?: { deadline?: number }): Promise<StopSummary>;
   stats(): Promise<MetricsSnapshot>;
   /** Ends the worker at once; pending calls reject with code `terminated`. */

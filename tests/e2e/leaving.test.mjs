@@ -8,44 +8,10 @@
 //   node --test tests/e2e/
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import { client, freePort, launchChromium, root, serveStatic, sleep } from "../../scripts/harness.mjs";
+import { client, launchChromium, serveStatic, sleep } from "../../scripts/harness.mjs";
+import { enqueueCorpus, serve, workerPage } from "./server.mjs";
 
-const BIN = resolve(root, process.env.TERNFLOW_BIN ?? "target/debug/ternflow");
-const MODEL = resolve(root, "models/ternlight-int4.bin");
 const JOBS = 3000;
-
-/** `ternflow serve` on a free port with its own data directory; resolves to `{ url, stop }`. */
-async function serve(token) {
-  const dir = mkdtempSync(join(tmpdir(), "ternflow-leaving-"));
-  const port = await freePort();
-  const proc = spawn(BIN, ["serve", "--addr", `127.0.0.1:${port}`, "--data-dir", join(dir, "data"),
-    "--model", MODEL, "--insecure-dev-token", token, "--cors-allow-localhost"], { stdio: ["ignore", "ignore", "pipe"] });
-  let log = "";
-  proc.stderr.on("data", (d) => { log = (log + d).slice(-4000); });
-  const url = `http://127.0.0.1:${port}`;
-  for (let i = 0; ; i++) {
-    try { if ((await fetch(url + "/healthz")).ok) break; } catch { /* not yet */ }
-    if (i > 100) throw new Error(`ternflow serve did not start: ${log}`);
-    await sleep(100);
-  }
-  return { url, dir, stop: () => { proc.kill(); rmSync(dir, { recursive: true, force: true }); } };
-}
-
-/** A page with one EmbeddingWorker in queue mode on `server`. */
-const workerPage = (server, token) => `<!doctype html><meta charset="utf-8"><link rel="icon" href="data:,"><script type="module">
-import { EmbeddingWorker } from "/pkg/client.js";
-try {
-  const w = new EmbeddingWorker({ server: { url: ${JSON.stringify(server)}, token: ${JSON.stringify(token)} }, dbName: "leaving-" + Math.random() });
-  await w.ready;
-  await w.start();
-  window.__worker = w;
-  window.__ready = true;
-} catch (e) { window.__error = String(e && e.stack || e); }
-</script>`;
 
 test("a tab closed mid-run hands its leases back at once; another worker finishes every job once", { timeout: 600_000 }, async () => {
   const token = "leaving-" + Math.random().toString(36).slice(2);
@@ -54,12 +20,7 @@ test("a tab closed mid-run hands its leases back at once; another worker finishe
   const stat = await serveStatic({ "/": workerPage(server.url, token) });
   const browser = await launchChromium();
   try {
-    const texts = readFileSync(resolve(root, "www/demo/corpus.txt"), "utf8").split("\n").filter(Boolean).slice(0, JOBS);
-    const file = join(server.dir, "jobs.txt");
-    writeFileSync(file, texts.join("\n") + "\n");
-    const idsFile = join(server.dir, "ids");
-    execFileSync(BIN, ["enqueue", file, "--server", server.url, "--token", token, "--ids-out", idsFile], { stdio: ["ignore", "ignore", "inherit"] });
-    const ids = readFileSync(idsFile, "utf8").split("\n").filter(Boolean);
+    const ids = enqueueCorpus(server, token, JOBS);
     assert.equal(ids.length, JOBS);
     const queue = async () => (await api.get("/v1/dashboard?since=" + Date.now())).queue;
     const counters = async () => (await api.get("/v1/dashboard?since=" + Date.now())).counters;
@@ -92,11 +53,13 @@ test("a tab closed mid-run hands its leases back at once; another worker finishe
     }
     const c1 = await counters();
     const released = (c1.leases_released ?? 0) - (c0.leases_released ?? 0);
+    // Leases whose acks were on their way at the close end done, not handed back.
+    const acked = (c1.jobs_acked ?? 0) - (c0.jobs_acked ?? 0);
     console.log(`leaving: ${atClose} leases held at close; all claimable again after ${freedMs == null ? "> 10 s" : freedMs.toFixed(0) + " ms"} ` +
-      `(${released} handed back; lease 30 s)`);
+      `(${released} handed back, ${acked} acked meanwhile; lease 30 s)`);
     assert.ok(freedMs != null, `${q.leased} jobs still leased 10 s after the tab closed`);
     assert.ok(freedMs < 1000, `claimable again after ${freedMs} ms, not within 1 s`);
-    assert.ok(released >= atClose * 0.9, `${released} leases handed back of the ${atClose} held`);
+    assert.ok(released > 0 && released + acked >= atClose, `${released} handed back and ${acked} acked of the ${atClose} held`);
 
     // Visitor 2 finishes the queue: every job done, each acked exactly once.
     const acked0 = c1.jobs_acked ?? 0;

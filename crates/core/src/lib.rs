@@ -21,7 +21,10 @@
 //! - [`queue`] (`queue/`): the queue side — [`queue::claim_loop`] (the claim loop with bounded
 //!   concurrency and graceful drain), [`queue::job`] (one claimed job: heartbeats, retries, ack
 //!   or nack), [`queue::batch_queue`] (acks and nacks sent together), `lease_board` (leases kept
-//!   alive by one batched heartbeat), [`queue::signal`] (the stop signal).
+//!   alive by one batched heartbeat), [`queue::lease_journal`] (what changed in them, for the
+//!   page), [`queue::signal`] (the stop signal), [`queue::pause`] (no claims while paused).
+//! - [`cpu_budget`]: the share of wall time the engine may compute (measured busy time, waits
+//!   between batches).
 //! - [`retry`], [`breaker`], [`ratelimit`]: backoff with jitter, circuit breaker, token bucket;
 //!   [`rng`]: the seeded random source for jitter and tokens.
 //! - [`metrics`], [`trace`]: the metrics registry and W3C trace context.
@@ -36,6 +39,7 @@ pub mod breaker;
 pub mod cache;
 pub mod codec;
 pub mod config;
+pub mod cpu_budget;
 pub mod error;
 pub mod error_code;
 pub mod http_handler;

@@ -104,6 +104,18 @@ pub enum ToWorker {
         /// Jobs in flight at once.
         #[serde(default)]
         concurrency: Option<u32>,
+        /// The share of wall time the engine may compute (`0.25`: a quarter of one core;
+        /// absent or `1`: no budget). See `ternflow_core::cpu_budget`.
+        #[serde(default, rename = "cpuShare")]
+        cpu_share: Option<f64>,
+    },
+    /// Pause (`paused: true`: no new claims, jobs in hand finish) or resume the queue loop; no
+    /// reply. The page sends it when the tab is hidden or shown, the visitor asks to save data,
+    /// the battery runs low, or the site calls `pause()` / `resume()`. It holds across
+    /// `stop()` and `start()`.
+    Pause {
+        /// Whether to pause.
+        paused: bool,
     },
     /// Stop pulling; finish in-flight jobs until the deadline, then hand the rest back.
     #[serde(rename_all = "camelCase")]
@@ -242,7 +254,7 @@ impl ToWorker {
             | ToWorker::Stop { id, .. }
             | ToWorker::Stats { id }
             | ToWorker::Token { id, .. } => Some(*id),
-            ToWorker::Cancel { .. } => None,
+            ToWorker::Cancel { .. } | ToWorker::Pause { .. } => None,
         }
     }
 }

@@ -90,6 +90,12 @@ pub mod gauges {
     /// Local-cache reads a browser worker answered "miss" from the IndexedDB keys it keeps in
     /// memory, without a request, since the worker started.
     pub const LOCAL_READS_SKIPPED: &str = "local_reads_skipped";
+    /// 1 while the queue loop is paused (a hidden tab, save-data, a low battery, `pause()`).
+    pub const PAUSED: &str = "paused";
+    /// The CPU budget's share of wall time for the engine (1: none).
+    pub const CPU_SHARE: &str = "cpu_share";
+    /// Engine busy time measured by the CPU budget since the pipeline started, ms.
+    pub const ENGINE_BUSY_MS: &str = "engine_busy_ms";
 }
 
 /// Latency histogram names (each reported as `<name>_p50_ms`, `_p99_ms`, `_mean_ms`).

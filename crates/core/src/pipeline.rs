@@ -19,6 +19,7 @@ use crate::protocol::{CacheEntry, CachePut, LockGrant, ResultSource, TextInfo, V
 use crate::queue::batch_queue::{AckQueue, NackQueue};
 use crate::queue::lease_board::LeaseBoard;
 use crate::queue::lease_journal::LeaseChanges;
+use crate::queue::pause::PauseSignal;
 use crate::queue::signal::StopSignal;
 use crate::ratelimit::RateLimiter;
 use crate::retry::jittered_ttl_ms;
@@ -118,6 +119,10 @@ pub struct Pipeline<P: Ports> {
     pub metrics: Metrics,
     /// Raised to stop the queue loop.
     pub stop: StopSignal,
+    /// Set to pause the queue loop's claims.
+    pub pause: PauseSignal,
+    /// The share of wall time the engine may compute.
+    pub cpu: crate::cpu_budget::CpuBudget,
     pub(crate) rng: Rng,
     pub(crate) engine_breaker: Breaker,
     pub(crate) backend_breaker: Breaker,
@@ -169,6 +174,8 @@ impl<P: Ports> Pipeline<P> {
             cfg,
             metrics: Metrics::new(),
             stop: StopSignal::new(),
+            pause: PauseSignal::default(),
+            cpu: crate::cpu_budget::CpuBudget::default(),
             acks: AckQueue::default(),
             nacks: NackQueue::default(),
             leases: LeaseBoard::default(),
@@ -664,13 +671,16 @@ impl<P: Ports> Pipeline<P> {
         } else if !self.engine_breaker.try_acquire(now) {
             Error::Engine("engine breaker open".into())
         } else {
+            // Within the CPU budget: this waits while the engine has used its share.
+            self.cpu.begin(&self.adapters.clock).await;
             let t0 = self.adapters.clock.now_ms();
-            match self
+            let r = self
                 .adapters
                 .engine
                 .embed_with(text, max_tokens, trace)
-                .await
-            {
+                .await;
+            self.cpu.end(self.adapters.clock.now_ms());
+            match r {
                 Ok(v) => {
                     self.engine_breaker.success();
                     self.metrics.inc(names::ENGINE_EMBEDS);

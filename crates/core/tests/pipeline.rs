@@ -1103,3 +1103,61 @@ fn a_cut_text_the_engine_cannot_count_goes_to_the_backend_with_its_limit() {
     assert_eq!(q.breakers().1, BreakerState::Closed);
     assert_eq!(q.metrics.counter(names::BACKEND_ERRORS), 0);
 }
+
+#[test]
+fn a_paused_loop_claims_nothing_until_it_is_resumed() {
+    let rig = Rig::new();
+    let p = rig.pipeline(Config {
+        concurrency: 2,
+        ..Config::default()
+    });
+    rig.engine.latency_ms.set(5);
+    let ids = rig.enqueue_n("paused", 10);
+    p.pause.set(true);
+    let wake = Watchdog(rig.clock.clone());
+    let driver = async {
+        rig.clock.sleep(2_000).await;
+        let ready_while_paused = rig.server.ready_len();
+        p.pause.set(false);
+        rig.clock.sleep(5_000).await;
+        p.stop.stop(rig.clock.now_ms() + 1_000);
+        ready_while_paused
+    };
+    let (sum, ready_while_paused) = rig.clock.run(join(p.run_queue(&wake), driver));
+    assert_eq!(ready_while_paused, 10, "no claim in 2 s of pause");
+    assert_eq!(sum.done, 10, "all done once resumed: {sum:?}");
+    assert!(ids.iter().all(|id| rig.server.result(id).is_some()));
+}
+
+#[test]
+fn a_cpu_budget_keeps_the_engine_busy_its_share_of_the_time() {
+    // 10 s (virtual) of a full queue, embeds of 8 ms, four in flight: busy time measured by the
+    // budget against the time that passed, and the jobs done against a run without a budget.
+    let run = |share: f64| {
+        let rig = Rig::new();
+        let p = rig.pipeline(Config {
+            concurrency: 4,
+            ..Config::default()
+        });
+        rig.engine.latency_ms.set(8);
+        rig.enqueue_n("budget", 6_000);
+        p.cpu.set_share(share);
+        let sum = rig.run_queue_for(&p, 10_000, 0);
+        (sum.done, p.cpu.busy_ms() as f64 / 10_000.0)
+    };
+    let (full, full_busy) = run(1.0);
+    let (quarter, busy) = run(0.25);
+    assert!(
+        full_busy > 0.9,
+        "without a budget the engine is busy: {full_busy:.3}"
+    );
+    assert!(
+        (0.22..=0.28).contains(&busy),
+        "busy {busy:.3} of the time, budget 0.25"
+    );
+    let ratio = quarter as f64 / full as f64;
+    assert!(
+        (0.2..=0.3).contains(&ratio),
+        "{quarter} jobs vs {full} without a budget"
+    );
+}

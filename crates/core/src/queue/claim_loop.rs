@@ -46,6 +46,8 @@ enum Event {
     Flushed(Flow),
     Stop,
     Deadline,
+    /// The loop was paused and is not any more.
+    Resumed,
 }
 
 /// The two batched requests the loop flushes.
@@ -96,6 +98,8 @@ impl<P: Ports> Pipeline<P> {
         let (mut in_flight, mut claim_pending, mut waiting, mut want_claim) =
             (0usize, false, false, true);
         let mut claim_failures = 0u32;
+        // Whether a task waits for the end of a pause.
+        let mut resume_pending = false;
         // Jobs the server resolved at claim, still being written to the local cache: they hold
         // no lease and need no working slot (bounded apart, so claims of cache hits never wait
         // on the engine's slots, nor pile up without limit).
@@ -115,7 +119,17 @@ impl<P: Ports> Pipeline<P> {
             // Claim in batches: wait until half the slots are free (or none is busy), so one
             // claim round trip serves several jobs instead of one per finished job.
             let batch_ready = conc - working.min(conc) >= conc.div_ceil(2) || working == 0;
+            let paused = self.pause.is_paused();
+            if paused && !resume_pending && !stopping {
+                // No claims while paused (jobs in hand finish); claim again once resumed.
+                resume_pending = true;
+                tasks.push(Box::pin(async move {
+                    self.pause.resumed().await;
+                    Event::Resumed
+                }));
+            }
             if !stopping
+                && !paused
                 && want_claim
                 && !claim_pending
                 && working < conc
@@ -190,6 +204,10 @@ impl<P: Ports> Pipeline<P> {
                     }));
                 }
                 Event::ClaimAgain => want_claim = true,
+                Event::Resumed => {
+                    resume_pending = false;
+                    want_claim = true;
+                }
                 Event::Beaten => tasks.push(Box::pin(async move {
                     self.beat_round(board).await;
                     Event::Beaten

@@ -6,10 +6,12 @@
 //! - `lease_board`: the leases held, kept alive by one batched heartbeat.
 //! - [`lease_journal`]: what changed in them since an adapter last looked (the page's mirror).
 //! - [`signal`]: the stop signal the loop awaits.
+//! - [`pause`]: pausing the loop (no claims) and resuming it, without a stop.
 
 pub mod batch_queue;
 pub mod claim_loop;
 pub mod job;
 pub(crate) mod lease_board;
 pub mod lease_journal;
+pub mod pause;
 pub mod signal;
