@@ -49,6 +49,7 @@ export class EmbeddingWorker extends EventTarget {
   /** The leases the worker's queue loop holds, job id → token (its `leases` messages). */
   #leases = new Map();
   #leaving = null;
+  #primed = 0;
   /** Why queue mode is paused: `hidden`, `save-data`, `battery`, `paused`. */
   #pausedFor = new Set();
   #pausedSent = false;
@@ -124,6 +125,7 @@ export class EmbeddingWorker extends EventTarget {
     if (msg.type === "leases") {
       for (const id of msg.gone) this.#leases.delete(id);
       for (const l of msg.held) this.#leases.set(l.id, l.token);
+      if (msg.held.length) this.#primeHandBack();
       return;
     }
     const p = this.#pending.get(msg.id);
@@ -278,6 +280,7 @@ export class EmbeddingWorker extends EventTarget {
     await this.ready;
     if (server) await this.#init(normaliseServer(server, token), signal);
     this.#watchLeaving();
+    this.#primeHandBack();
     this.#watchDevice({ pauseWhenHidden, pauseOnSaveData, pauseOnBatteryBelow });
     await this.#request({ type: "start", concurrency: concurrency ?? null, cpuShare: budget ?? null }, { signal, what: "start" });
     signal?.addEventListener("abort", () => this.stop().catch(() => {}), { once: true });
@@ -353,6 +356,26 @@ export class EmbeddingWorker extends EventTarget {
     this.#leaving = () => this.#handBack();
     globalThis.addEventListener("pagehide", this.#leaving);
     globalThis.document?.addEventListener?.("freeze", this.#leaving);
+  }
+
+  /**
+   * Sends the hand-back's request once now, for a lease nobody holds (answered `lost`): the
+   * server is on another origin, so the real one needs a CORS preflight, and a preflight
+   * started while the page is being torn down can be lost with it. Done now, its answer is
+   * cached (the server's `Access-Control-Max-Age`, 10 min), and the request at `pagehide` goes
+   * out at once. Again when the cached answer may have expired.
+   */
+  #primeHandBack() {
+    const server = this.#server;
+    if (!server?.url || Date.now() - this.#primed < 5 * 60_000) return;
+    this.#primed = Date.now();
+    const headers = { "content-type": "application/json" };
+    if (server.token) headers.authorization = "Bearer " + server.token;
+    fetch(server.url.replace(/\/+$/, "") + "/v1/jobs/release", {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ leases: [{ id: "ternflow-preflight", token: "-" }] }),
+    }).catch(() => {});
   }
 
   /**
