@@ -64,13 +64,19 @@ fn histograms_complete(text: &str) -> Result<usize, String> {
         .filter_map(|l| l.strip_suffix(" histogram"))
         .collect();
     for name in &names {
-        let has = |prefix: String| text.lines().any(|l| l.starts_with(&prefix));
-        if !has(format!("{name}_bucket{{le=\"+Inf\"}} ")) {
+        // A sample of `name` + `suffix`, with or without labels.
+        let has = |suffix: &str, label: &str| {
+            text.lines().any(|l| {
+                l.strip_prefix(&format!("{name}{suffix}"))
+                    .is_some_and(|rest| rest.starts_with([' ', '{']) && rest.contains(label))
+            })
+        };
+        if !has("_bucket", "le=\"+Inf\"") {
             return Err(format!("{name}: no +Inf bucket"));
         }
-        for part in ["_sum ", "_count "] {
-            if !has(format!("{name}{part}")) {
-                return Err(format!("{name}: no {}", part.trim()));
+        for part in ["_sum", "_count"] {
+            if !has(part, "") {
+                return Err(format!("{name}: no {part}"));
             }
         }
     }
@@ -161,6 +167,9 @@ async fn metrics_pass_promtool_check_metrics() {
                 "ternflow_worker_events_total{tenant=\"default\"",
                 "ternflow_worker_reading{tenant=\"default\"",
                 "ternflow_tenant_quota{tenant=\"acme\"",
+                "ternflow_store_op_duration_seconds_bucket{op=\"claim\"",
+                "ternflow_sse_clients ",
+                "ternflow_claim_long_polls ",
             ][..],
         ),
         (
@@ -186,7 +195,8 @@ async fn metrics_pass_promtool_check_metrics() {
             assert!(text.contains(needle), "{who}: no {needle:?} in\n{text}");
         }
         if who == "the operator" {
-            assert_eq!(histograms_complete(&text), Ok(2), "{text}");
+            // Embed and job latency, store operations, lock waits and waiters.
+            assert_eq!(histograms_complete(&text), Ok(5), "{text}");
         }
         let (ok, said) = promtool_check(&text);
         assert!(

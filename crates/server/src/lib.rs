@@ -22,17 +22,21 @@
 //! - `limits`: per-token request rate, SSE streams, long polls, claims and embed budgets.
 //! - `lock_holds`: the single-flight locks each token holds on this server, capped in number and
 //!   in how long it holds one key.
+//! - `granted_locks`: the locks this server granted and that were not released, of every
+//!   tenant (held and leaked figures, what an operator lists and breaks).
 //! - `serve`: [`run`], the accept loop (header timeout, connection bound, shutdown deadline).
 //! - [`clock`]: the injected [`Clock`] (system or fake).
 //! - [`state`]: [`AppState`], shared by every handler; it holds no tenant's data.
 //! - [`store`]: the store traits ([`QueueStore`], [`CacheStore`], [`LockStore`], [`EventBus`],
-//!   `ResultScan`, `IntegrityStore`; a [`Store`] is all six), the SQLite store (default), the
-//!   in-memory store, the Redis store and their conformance suite.
+//!   `ResultScan`, `IntegrityStore`, `BudgetStore`, `UsageStore`; a [`Store`] is all eight), the
+//!   SQLite store (default), the in-memory store, the Redis store, their conformance suite and
+//!   the timing wrapper every tenant's store is served through.
 //! - [`sse`]: the event hub (ring buffer for `Last-Event-ID`, `reset` on a gap, wake-ups for
 //!   long polls).
 //! - [`embed`]: the [`Embedder`] trait, the engine behind it and the request batcher.
 //! - [`metrics`]: counters, histograms (embed latency, claim → ack job latency), acks by result
-//!   source and worker snapshots (with the runtime their `User-Agent` names), as Prometheus text.
+//!   source and worker snapshots (with the runtime their `User-Agent` names), and the labelled
+//!   families alerts are written on (store latency, lock contention, reasons), as Prometheus text.
 //! - [`series`]: the dashboard's history, a ring of stats samples, and its alerts.
 //! - [`search`]: semantic search over finished jobs (the query embedded by the server's engine).
 //! - `cache`, `queue`: the cache and queue rules the routes share (routes never import each
@@ -53,6 +57,7 @@ pub mod config;
 pub mod embed;
 pub mod error;
 mod extract;
+mod granted_locks;
 pub mod identity;
 pub mod integrity;
 pub mod jwt;

@@ -1,7 +1,6 @@
 //! [`AppState`]: what every handler shares.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::sync::watch;
 
@@ -70,8 +69,8 @@ pub struct Shared {
     pub(crate) default_model_id: Arc<str>,
     /// The model file served at `GET /v1/model`.
     pub(crate) model_file: Option<ModelFile>,
-    /// Locks this process granted: key → (token, expiry), for the held/leaked figures.
-    locks: Arc<Mutex<HashMap<String, (String, u64)>>>,
+    /// Locks this process granted and that were not released (`crate::granted_locks`).
+    pub(crate) locks: Arc<crate::granted_locks::GrantedLocks>,
     shutdown: Arc<watch::Sender<bool>>,
 }
 
@@ -104,8 +103,10 @@ impl AppState {
     /// runtime (it starts the event hub).
     pub fn new(store: Arc<dyn Store>, tokens: Tokens, config: Config) -> Self {
         let (shutdown, _) = watch::channel(false);
+        let metrics = Arc::new(Metrics::default());
         let tenants = Tenants::new(
             store,
+            metrics.clone(),
             config.event_ring,
             config.max_open_tenants,
             config.tenant_idle_ms,
@@ -122,7 +123,7 @@ impl AppState {
             tokens: Arc::new(tokens),
             keys: Arc::new(Keys::default()),
             tenants: Arc::new(tenants),
-            metrics: Arc::new(Metrics::default()),
+            metrics,
             verifier: Arc::default(),
             embed: None,
             counter: None,
@@ -283,22 +284,17 @@ impl AppState {
         self.clock.now_ms()
     }
 
-    pub(crate) fn track_lock(&self, key: &str, token: &str, expires_at: u64) {
-        let now = self.now();
-        let mut l = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, exp)) = l.get(key) {
-            if *exp <= now {
-                self.metrics.add(|c| &c.lock_leaked, 1);
-            }
+    /// `token` (of writer `sub`) got or renewed the lock on `key` (tenant-prefixed) until
+    /// `expires_at`: remembered, and a previous holder whose lock ran out counted as leaked.
+    pub(crate) fn track_lock(&self, key: &str, token: &str, sub: Option<&str>, expires_at: u64) {
+        let leaked = self.locks.granted(key, token, sub, expires_at, self.now());
+        if leaked > 0 {
+            self.metrics.add(|c| &c.lock_leaked, leaked);
         }
-        l.insert(key.to_owned(), (token.to_owned(), expires_at));
     }
 
     pub(crate) fn forget_lock(&self, key: &str, token: &str) {
-        let mut l = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        if l.get(key).is_some_and(|(t, _)| t == token) {
-            l.remove(key);
-        }
+        self.locks.released(key, token);
     }
 
     /// Every server counter by name, and `locks_held`: the map `GET /v1/stats` and the
@@ -317,15 +313,11 @@ impl AppState {
 
     /// Locks granted here that are live; expired ones count as leaked and are forgotten.
     pub(crate) fn locks_held(&self) -> u64 {
-        let now = self.now();
-        let mut l = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        let before = l.len();
-        l.retain(|_, (_, exp)| *exp > now);
-        let leaked = (before - l.len()) as u64;
+        let (live, leaked) = self.locks.live(self.now());
         if leaked > 0 {
             self.metrics.add(|c| &c.lock_leaked, leaked);
         }
-        l.len() as u64
+        live
     }
 
     /// A receiver that turns `true` when shutdown begins.

@@ -1,4 +1,5 @@
-//! Shared by the client subcommands (`enqueue`, `stats`): server URL and token options.
+//! Shared by the client subcommands (`enqueue`, `stats`, `results`, `dlq`, `quarantine`,
+//! `locks`): server URL and token options, and the checked request they all make.
 
 /// `--server` and `--token`.
 #[derive(Debug, Clone, clap::Args)]
@@ -28,4 +29,35 @@ pub async fn check(
     let status = resp.status();
     let body = resp.text().await.unwrap_or_default();
     Err(format!("server answered {status}: {body}").into())
+}
+
+impl ServerArgs {
+    /// `METHOD base+path` with the bearer token (no body), its answer checked by [`check`].
+    pub async fn call(
+        &self,
+        http: &reqwest::Client,
+        method: reqwest::Method,
+        path: &str,
+    ) -> Result<reqwest::Response, Box<dyn std::error::Error>> {
+        let resp = http
+            .request(method, self.url(path))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|e| format!("{}: {e}", self.url(path)))?;
+        check(resp).await
+    }
+
+    /// `GET base+path`, its JSON answer.
+    pub async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        http: &reqwest::Client,
+        path: &str,
+    ) -> Result<T, Box<dyn std::error::Error>> {
+        Ok(self
+            .call(http, reqwest::Method::GET, path)
+            .await?
+            .json()
+            .await?)
+    }
 }

@@ -8,6 +8,9 @@
 //!   [`bench_queue`]: a Redis store's queue alone, over many tenants (Redis Cluster scaling).
 //! - [`enqueue`], [`stats`], [`results`]: a server's client (submit jobs; depth, counters and
 //!   workers; finished jobs' vectors), sharing [`client`]'s options.
+//! - [`dlq`], [`quarantine`], [`locks`]: an operator's recovery commands (dead letters by
+//!   reason and their redrive, quarantined identities and lifting them, stale locks and
+//!   releasing them), each what a runbook section ends with (docs/runbook.md).
 //! - [`token`]: `token mint`, a signed tenant token.
 
 use clap::{Parser, Subcommand};
@@ -16,9 +19,12 @@ pub mod bench;
 pub mod bench_queue;
 pub mod bench_server;
 pub mod client;
+pub mod dlq;
 pub mod embed;
 pub mod enqueue;
 pub mod gen_model;
+pub mod locks;
+pub mod quarantine;
 pub mod results;
 pub mod serve;
 pub mod stats;
@@ -59,6 +65,12 @@ pub enum Command {
     Results(results::Args),
     /// Mint short-lived signed tokens (role, tenant, expiry) for browser workers.
     Token(token::Args),
+    /// Dead letters by reason, and redriving them (admin).
+    Dlq(dlq::Args),
+    /// Quarantined worker identities, and lifting a quarantine (admin).
+    Quarantine(quarantine::Args),
+    /// A server's live single-flight locks, the stale ones, and releasing them (admin).
+    Locks(locks::Args),
 }
 
 impl Command {
@@ -75,6 +87,9 @@ impl Command {
             Self::BenchQueue(a) => bench_queue::run(a),
             Self::Token(a) => token::run(a),
             Self::Results(a) => results::run(a),
+            Self::Dlq(a) => dlq::run(a),
+            Self::Quarantine(a) => quarantine::run(a),
+            Self::Locks(a) => locks::run(a),
         }
     }
 }

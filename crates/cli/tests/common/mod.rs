@@ -143,6 +143,11 @@ impl Server {
         panic!("ternflow serve did not start");
     }
 
+    /// What the server has written to stderr so far (warnings, errors, the audit log).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.stderr.path()).unwrap_or_default()
+    }
+
     /// `kill -9`, and wait for it.
     pub fn kill9(mut self) {
         let _ = self.child.kill();

@@ -60,7 +60,10 @@ pub(crate) async fn claim_waiting(
         }
         let m = &state.metrics;
         m.add(|c| &c.leases_expired, claimed.expired.len() as u64);
-        m.add(|c| &c.jobs_dead, claimed.dead.len() as u64);
+        m.dead_lettered(
+            ternflow_core::ErrorCode::LeaseExpired.as_str(),
+            claimed.dead.len() as u64,
+        );
         if !claimed.expired.is_empty() {
             publish_depth(state).await;
         }

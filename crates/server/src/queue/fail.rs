@@ -27,6 +27,7 @@ use super::publish_finished;
 use crate::error::{Error, Result};
 use crate::identity::{Identity, SERVER_WRITER};
 use crate::integrity::verifier;
+use crate::metrics::NackOutcome;
 use crate::store::{AckInput, AckOutcome, Fenced};
 use crate::tenants::Ctx;
 
@@ -78,7 +79,13 @@ pub(crate) async fn fail(
                     return Ok(NackItemOutcome::LeaseLost);
                 }
                 match done_by_server(state, caller, id, &req.token, text, model, now).await? {
-                    Attempt::Done => return Ok(NackItemOutcome::Done),
+                    Attempt::Done => {
+                        state
+                            .metrics
+                            .families
+                            .nacked(&error.code, NackOutcome::Done);
+                        return Ok(NackItemOutcome::Done);
+                    }
                     Attempt::LeaseLost => return Ok(NackItemOutcome::LeaseLost),
                     Attempt::Missing => return Ok(NackItemOutcome::Missing),
                     Attempt::Deferred => {
@@ -105,6 +112,7 @@ pub(crate) async fn fail(
         }
     }
     let retry_at = now + cfg.backoff_ms(attempt);
+    let reason = error.code.clone();
     let Some(resp) = state
         .store
         .nack(id, &req.token, error, retry_at, max_attempts, now)
@@ -114,16 +122,22 @@ pub(crate) async fn fail(
     };
     state.metrics.add(|c| &c.jobs_nacked, 1);
     tracing::info!(job = %id, outcome = ?resp, "nacked");
+    let families = &state.metrics.families;
     Ok(match resp {
         NackResponse::Dead => {
-            state.metrics.add(|c| &c.jobs_dead, 1);
+            state.metrics.dead_lettered(&reason, 1);
+            families.nacked(&reason, NackOutcome::Dead);
             NackItemOutcome::Dead
         }
         NackResponse::Retry { available_at } => {
             state.metrics.add(|c| &c.jobs_retried, 1);
+            families.nacked(&reason, NackOutcome::Retry);
             NackItemOutcome::Retry { available_at }
         }
-        NackResponse::Done => NackItemOutcome::Done,
+        NackResponse::Done => {
+            families.nacked(&reason, NackOutcome::Done);
+            NackItemOutcome::Done
+        }
     })
 }
 
@@ -278,7 +292,7 @@ pub(crate) async fn past_their_attempts(
             None => continue,
         };
         let error = ternflow_core::protocol::JobError {
-            code: "lease_expired".to_owned(),
+            code: ternflow_core::ErrorCode::LeaseExpired.as_str().to_owned(),
             message: format!("its last allowed lease (attempt {max}) expired{why}"),
             retryable: false,
         };
@@ -294,7 +308,9 @@ pub(crate) async fn past_their_attempts(
             )
             .await?;
         if matches!(answer, Some(NackResponse::Dead)) {
-            state.metrics.add(|c| &c.jobs_dead, 1);
+            state
+                .metrics
+                .dead_lettered(ternflow_core::ErrorCode::LeaseExpired.as_str(), 1);
             dead.push(j.id);
         }
     }

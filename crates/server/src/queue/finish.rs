@@ -564,7 +564,9 @@ async fn agree(state: &Ctx, writer: &Writer, item: &AckItem, k: u32) -> Result<A
         Some(r) => {
             state.metrics.add(|c| &c.results_pending_agreement, 1);
             if r == ternflow_core::protocol::NackResponse::Dead {
-                state.metrics.add(|c| &c.jobs_dead, 1);
+                state
+                    .metrics
+                    .dead_lettered(ErrorCode::AwaitingAgreement.as_str(), 1);
                 publish_finished(state, Vec::new(), vec![id.clone()]).await;
             }
             AckItemOutcome::Pending

@@ -101,12 +101,13 @@ pub(crate) async fn events(
         });
     let mut shutdown = WatchStream::new(state.shutdown_signal());
     let stop = async move { while let Some(false) = shutdown.next().await {} };
-    // The guard lives as long as the stream: dropping the stream (client gone, shutdown) frees
-    // the token's slot.
+    // The guards live as long as the stream: dropping the stream (client gone, shutdown) frees
+    // the token's slot and counts the disconnect.
+    let open = state.metrics.families.sse_client();
     let stream = replay
         .chain(live)
         .map(move |e| {
-            let _held = &guard;
+            let _held = (&guard, &open);
             Ok(e)
         })
         .take_until(stop);

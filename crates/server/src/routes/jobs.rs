@@ -190,6 +190,7 @@ pub(crate) async fn claim(
         ));
     }
     let wait = Duration::from_millis(req.wait_ms.min(cfg.max_wait_ms));
+    let _waiting = (!wait.is_zero()).then(|| state.metrics.families.long_poll());
     let jobs = claim_waiting(
         &state,
         &req.worker,
@@ -464,7 +465,7 @@ async fn release_one(state: &Ctx, id: &str, token: &str) -> Result<ReleaseOutcom
         state.metrics.add(|c| &c.releases_counted, 1);
     }
     if outcome == ReleaseOutcome::Dead {
-        state.metrics.add(|c| &c.jobs_dead, 1);
+        state.metrics.dead_lettered(ErrorCode::Released.as_str(), 1);
     }
     Ok(outcome)
 }

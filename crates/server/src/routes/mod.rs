@@ -171,6 +171,8 @@ pub fn router(state: AppState) -> Router {
         Router::new()
             .route("/v1/dlq", get(dlq::list))
             .route("/v1/dlq/{id}/redrive", post(dlq::redrive))
+            .route("/v1/locks", get(locks::list))
+            .route("/v1/locks/{key}/break", post(locks::break_lock))
             .route("/v1/stats", get(metrics::stats))
             .route("/v1/dashboard", get(dashboard::data))
             .route("/v1/search", post(dashboard::search))

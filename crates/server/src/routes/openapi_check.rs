@@ -16,7 +16,7 @@ use schemars::JsonSchema;
 use serde_json::Value;
 use ternflow_core::protocol as p;
 
-use crate::routes::{dashboard, health, quarantine};
+use crate::routes::{dashboard, health, locks, quarantine};
 use crate::series;
 
 /// A component of openapi.json and the Rust type behind it.
@@ -72,6 +72,7 @@ fn components() -> Vec<Component> {
         "JobsEvent" => p::JobsEvent,
         "Lease" => p::Lease,
         "LockGrant" => p::LockGrant,
+        "LockList" => locks::LockList,
         "LockRequest" => p::LockRequest,
         "LockToken" => p::LockToken,
         "NackBatchRequest" => p::NackBatchRequest,

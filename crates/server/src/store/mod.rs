@@ -12,6 +12,8 @@
 //! - [`redis::RedisStore`]: Redis or Redis Cluster (hashes, sorted sets, Lua scripts, a stream
 //!   of events), so many servers share one queue.
 //!
+//! The server wraps each of them in [`timed::Timed`], which times every operation by name.
+//!
 //! Time is always passed in (`now`, Unix ms) from the server's injected clock, so stores have no
 //! clock of their own and tests drive expiry with a fake one. Leases expire lazily: an expired
 //! lease stays valid for its holder until a claim re-delivers the job (which invalidates the old
@@ -32,6 +34,7 @@ pub mod local_events;
 pub mod memory;
 pub mod redis;
 pub mod sqlite;
+pub mod timed;
 
 /// Priorities are clamped to this range (both stores order by priority, then FIFO).
 pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1_000..=1_000;

@@ -34,7 +34,9 @@ use lru::LruCache;
 
 use crate::error::{Error, Result};
 use crate::identity::DEFAULT_TENANT;
+use crate::metrics::Metrics;
 use crate::sse::Hub;
+use crate::store::timed::Timed;
 use crate::store::Store;
 
 mod ctx;
@@ -69,6 +71,8 @@ struct Open {
 pub(crate) struct Tenants {
     default: Tenant,
     factory: std::sync::OnceLock<StoreFactory>,
+    /// What every tenant's store is timed into.
+    metrics: Arc<Metrics>,
     open: tokio::sync::Mutex<LruCache<Arc<str>, Open>>,
     ring: usize,
     max_open: usize,
@@ -92,7 +96,16 @@ fn in_use(t: &Tenant) -> bool {
 }
 
 impl Tenants {
-    pub(crate) fn new(default: Arc<dyn Store>, ring: usize, max_open: usize, idle_ms: u64) -> Self {
+    /// `default`: the default tenant's store. Every tenant's store is timed into `metrics`
+    /// (`crate::store::timed`).
+    pub(crate) fn new(
+        default: Arc<dyn Store>,
+        metrics: Arc<Metrics>,
+        ring: usize,
+        max_open: usize,
+        idle_ms: u64,
+    ) -> Self {
+        let default = Timed::wrap(default, metrics.clone());
         let hub = Hub::start(default.as_ref(), ring);
         Tenants {
             default: Tenant {
@@ -101,6 +114,7 @@ impl Tenants {
                 usage: Arc::default(),
             },
             factory: std::sync::OnceLock::new(),
+            metrics,
             open: tokio::sync::Mutex::new(LruCache::unbounded()),
             ring,
             max_open: max_open.max(1),
@@ -162,6 +176,7 @@ impl Tenants {
                 factory(name.to_string()).await?
             }
         };
+        let store = Timed::wrap(store, self.metrics.clone());
         let hub = Hub::start(store.as_ref(), self.ring);
         let t = Tenant {
             store,
@@ -319,7 +334,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_open_closes_idle_tenants_and_tries_again() {
-        let t = Tenants::new(Arc::new(MemoryStore::new()), 16, 100, 60_000);
+        let t = Tenants::new(
+            Arc::new(MemoryStore::new()),
+            Arc::default(),
+            16,
+            100,
+            60_000,
+        );
         let (f, _alive) = scarce(4);
         t.set_factory(f);
         for (i, name) in ["a", "b", "c", "d"].iter().enumerate() {
@@ -342,7 +363,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_cap_closes_the_least_recently_used_idle_tenant() {
-        let t = Tenants::new(Arc::new(MemoryStore::new()), 16, 2, 60_000);
+        let t = Tenants::new(Arc::new(MemoryStore::new()), Arc::default(), 16, 2, 60_000);
         t.set_factory(scarce(100).0);
         let a = t.get(&Arc::from("a"), 1).await.unwrap();
         t.get(&Arc::from("b"), 2).await.unwrap();

@@ -1,5 +1,15 @@
 //! The server's metrics registry: counters, the embed latency histogram and the ack rate
-//! (the workers' own snapshots are per tenant, `crate::workers`), rendered as Prometheus text (exposition format 0.0.4) by hand.
+//! (the workers' own snapshots are per tenant, `crate::workers`), rendered as Prometheus text
+//! (exposition format 0.0.4), and the labelled families alerts are written on.
+//!
+//! # Layout
+//! - `mod.rs`: [`Metrics`], the counters and the two latency histograms, written by hand (moving
+//!   them onto the `prometheus` crate's types, as `families` is, keeps their names).
+//! - `families`: [`Families`], the operator's alert signals as typed families of the
+//!   `prometheus` crate (store latency, lock waits and waiters, nacks and dead letters by
+//!   reason, SSE clients, long polls).
+//! - `contention`: [`Contention`], the open lock-contention episodes per key behind the
+//!   stampede signal.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
@@ -7,6 +17,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use ternflow_core::protocol::{QueueDepth, ResultSource};
+
+mod contention;
+mod families;
+
+pub use contention::{Contention, Ended};
+pub use families::{reason_label, Families, GaugeGuard, NackOutcome};
 
 pub use crate::workers::{WorkerRow, WORKER_QUIET_MS};
 
@@ -56,6 +72,7 @@ counters! {
     lock_contended: "Lock requests refused because the lock was held.",
     lock_released: "Locks released by their holder.",
     lock_leaked: "Locks that expired without being released.",
+    locks_broken: "Locks an admin broke for a holder that was gone (POST /v1/locks/{key}/break).",
     embed_requests: "Backend embed requests served.",
     embed_texts: "Texts embedded by the backend.",
     embed_rejected: "Backend embed requests refused because the queue was full.",
@@ -112,6 +129,8 @@ pub struct Metrics {
     job_latency_sum_ms: AtomicU64,
     /// Acked jobs by where their vector came from, in [`SOURCES`] order.
     acked_by_source: [AtomicU64; 4],
+    /// The labelled families (store latency, contention, reasons, streams).
+    pub families: Families,
 }
 
 /// The runtime a `User-Agent` names: browser and version, Node, workerd, or `native` (a Rust
@@ -253,6 +272,13 @@ impl Metrics {
         std::array::from_fn(|i| self.acked_by_source[i].load(Ordering::Relaxed))
     }
 
+    /// `n` jobs were dead-lettered, their last failure's code `code`: counted in
+    /// `jobs_dead` and by reason.
+    pub fn dead_lettered(&self, code: &str, n: u64) {
+        self.add(|c| &c.jobs_dead, n);
+        self.families.dead_lettered(code, n);
+    }
+
     /// Prometheus text exposition.
     pub fn render(&self, depth: QueueDepth, locks_held: u64, now_ms: u64) -> String {
         let mut out = String::with_capacity(4_096);
@@ -357,6 +383,7 @@ impl Metrics {
             self.job_latency_sum_ms.load(Ordering::Relaxed) as f64 / 1e3
         );
         let _ = writeln!(out, "ternflow_job_latency_seconds_count {total}");
+        self.families.render_into(&mut out, now_ms);
         out
     }
 }
