@@ -59,12 +59,13 @@ job() {
 }
 
 # 2. Debian packages: the browser and its driver for wasm-pack test, Redis for the server tests,
-#    promtool (in `prometheus`) for the /metrics lint test (crates/cli/tests/promtool.rs), and for
+#    promtool (in `prometheus`) for the /metrics lint and the alert rules' tests
+#    (crates/cli/tests/promtool.rs, alerts.rs), Alertmanager for scripts/drills.py, and for
 #    the browser tests in every engine Firefox ESR and WebKitGTK's WebDriver (with Xvfb: WebKitGTK
 #    needs a display). Nothing the other installs need, so it runs beside them.
 debian_packages() {
   local pkgs=(chromium chromium-driver redis-server curl) missing=() p
-  [ "$MODE" = all ] && pkgs+=(prometheus firefox-esr webkit2gtk-driver xvfb xauth)
+  [ "$MODE" = all ] && pkgs+=(prometheus prometheus-alertmanager firefox-esr webkit2gtk-driver xvfb xauth)
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done

@@ -4,7 +4,8 @@
 //! # Layout
 //! - [`embed`], [`bench`], [`gen_model`]: the engine alone (vectors of stdin lines; latency and
 //!   throughput; a random valid model file).
-//! - [`serve`]: the companion server; [`bench_server`]: its throughput over real HTTP;
+//! - [`serve`]: the companion server, its logs and trace export in [`telemetry`];
+//!   [`bench_server`]: its throughput over real HTTP;
 //!   [`bench_queue`]: a Redis store's queue alone, over many tenants (Redis Cluster scaling).
 //! - [`enqueue`], [`stats`], [`results`]: a server's client (submit jobs; depth, counters and
 //!   workers; finished jobs' vectors), sharing [`client`]'s options.
@@ -28,6 +29,7 @@ pub mod quarantine;
 pub mod results;
 pub mod serve;
 pub mod stats;
+pub mod telemetry;
 pub mod token;
 
 /// What a subcommand returns.

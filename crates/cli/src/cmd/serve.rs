@@ -21,6 +21,15 @@ pub struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8787", env = "TERNFLOW_ADDR")]
     pub addr: String,
+    /// Export every request's span by OTLP to this collector (`http://host:4318` for
+    /// `http/protobuf`, `http://host:4317` for `grpc`); by default `OTEL_EXPORTER_OTLP_ENDPOINT`
+    /// (or `_TRACES_ENDPOINT`), and off when neither is set. The service is `OTEL_SERVICE_NAME`
+    /// (default `ternflow-server`); sampling `OTEL_TRACES_SAMPLER[_ARG]`.
+    #[arg(long)]
+    pub otlp_endpoint: Option<String>,
+    /// `grpc` or `http/protobuf`; by default `OTEL_EXPORTER_OTLP_PROTOCOL`, else `http/protobuf`.
+    #[arg(long, value_parser = ["grpc", "http/protobuf"])]
+    pub otlp_protocol: Option<String>,
     /// `embedded` (a SQLite database in --data-dir), one Redis (`redis://host:6379/0`,
     /// `rediss://…`) or a Redis Cluster by its seed nodes
     /// (`redis-cluster://HOST:PORT,HOST:PORT,…`; Valkey too).
@@ -354,7 +363,19 @@ fn tokens(args: &Args) -> Result<Tokens, Box<dyn std::error::Error>> {
 
 /// Runs `ternflow serve`.
 pub fn run(args: Args) -> CmdResult {
-    init_logging(&args.log_format);
+    // The trace exporter's connection lives on the runtime the server runs on.
+    let rt = tokio::runtime::Runtime::new()?;
+    let otlp = super::telemetry::Otlp::from_env(
+        args.otlp_endpoint.as_deref(),
+        args.otlp_protocol.as_deref(),
+    );
+    let _telemetry = {
+        let _entered = rt.enter();
+        super::telemetry::init(&args.log_format, otlp.as_ref())?
+    };
+    if let Some(o) = &otlp {
+        tracing::info!(endpoint = %o.endpoint, protocol = %o.protocol, "exporting traces (OTLP)");
+    }
     let tokens = tokens(&args)?;
     let keys = jwt_keys(&args)?;
     if tokens.is_empty() && keys.is_empty() {
@@ -465,7 +486,6 @@ pub fn run(args: Args) -> CmdResult {
     } else {
         None
     };
-    let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let store: Arc<dyn Store> = if args.store == "embedded" {
             let sync = if args.fsync_always {
@@ -508,27 +528,6 @@ pub fn run(args: Args) -> CmdResult {
         ternflow_server::run(listener, state, shutdown_signal()).await?;
         Ok::<(), Box<dyn std::error::Error>>(())
     })
-}
-
-/// Logs to stderr (stdout is for what a command prints), filtered by `RUST_LOG` (default
-/// `info`): text with colours only when stderr is a terminal, or JSON lines. A line stderr
-/// refuses is lost, never the request that logged it.
-fn init_logging(format: &str) {
-    use std::io::IsTerminal as _;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "info,ternflow_server=info".into());
-    // A log line that cannot be written (stderr a file on a full disk) is dropped. By default
-    // the subscriber reports that with `eprintln!`, which panics when stderr fails, and the
-    // panic took down the request being logged (an empty reply to every enqueue that warned).
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .log_internal_errors(false);
-    if format == "json" {
-        b.json().with_current_span(false).init();
-    } else {
-        b.with_ansi(std::io::stderr().is_terminal()).init();
-    }
 }
 
 async fn shutdown_signal() {

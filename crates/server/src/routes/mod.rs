@@ -105,12 +105,102 @@ fn request_span(req: &axum::http::Request<axum::body::Body>) -> tracing::Span {
             .unwrap_or(""),
         55,
     );
-    tracing::info_span!(
+    let span = tracing::info_span!(
         "request",
+        otel.name = %route_name(req.method(), req.uri().path()),
+        otel.kind = "server",
         method = %req.method(),
         path = %req.uri().path(),
         traceparent = %traceparent,
-    )
+    );
+    // With an OpenTelemetry layer installed (`ternflow serve` with an OTLP endpoint), the span
+    // joins the caller's trace: its parent is the `traceparent`'s span. Without one this is a
+    // no-op; a malformed header starts a new trace.
+    let parent = opentelemetry::global::get_text_map_propagator(|p| {
+        p.extract(&HeaderCarrier(req.headers()))
+    });
+    let _ = tracing_opentelemetry::OpenTelemetrySpanExt::set_parent(&span, parent);
+    span
+}
+
+/// A request's headers as an OpenTelemetry propagator reads them.
+struct HeaderCarrier<'a>(&'a axum::http::HeaderMap);
+
+impl opentelemetry::propagation::Extractor for HeaderCarrier<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(axum::http::HeaderName::as_str).collect()
+    }
+}
+
+/// A span's name: the method and the route, ids and keys replaced by their parameter's name
+/// (`POST /v1/jobs/{id}/ack`), so span names stay a small set.
+fn route_name(method: &Method, path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut parts = path.split('/').skip(1).peekable();
+    let mut prev = "";
+    while let Some(p) = parts.next() {
+        out.push('/');
+        let param = match prev {
+            "jobs"
+                if !matches!(
+                    p,
+                    "claim" | "ack" | "heartbeat" | "nack" | "release" | "status"
+                ) =>
+            {
+                Some("{id}")
+            }
+            "dlq" => Some("{id}"),
+            "cache" | "locks" => Some("{key}"),
+            "quarantine" => Some("{sub}"),
+            "dashboard" => Some("{file}"),
+            _ => None,
+        };
+        out.push_str(param.unwrap_or(p));
+        prev = if param.is_some() { "" } else { p };
+        if parts.peek().is_none() {
+            break;
+        }
+    }
+    format!("{method} {out}")
+}
+
+#[cfg(test)]
+mod route_name_tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_keys_become_their_parameter() {
+        for (m, path, name) in [
+            (Method::POST, "/v1/jobs", "POST /v1/jobs"),
+            (Method::POST, "/v1/jobs/claim", "POST /v1/jobs/claim"),
+            (Method::POST, "/v1/jobs/j-1/ack", "POST /v1/jobs/{id}/ack"),
+            (Method::GET, "/v1/jobs/j-1", "GET /v1/jobs/{id}"),
+            (
+                Method::POST,
+                "/v1/dlq/j-1/redrive",
+                "POST /v1/dlq/{id}/redrive",
+            ),
+            (Method::PUT, "/v1/cache/m:abc", "PUT /v1/cache/{key}"),
+            (
+                Method::POST,
+                "/v1/locks/m:abc/renew",
+                "POST /v1/locks/{key}/renew",
+            ),
+            (Method::GET, "/v1/locks", "GET /v1/locks"),
+            (
+                Method::DELETE,
+                "/v1/quarantine/w1",
+                "DELETE /v1/quarantine/{sub}",
+            ),
+            (Method::GET, "/metrics", "GET /metrics"),
+        ] {
+            assert_eq!(route_name(&m, path), name);
+        }
+    }
 }
 
 /// The whole HTTP surface over `state`.
