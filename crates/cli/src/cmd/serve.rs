@@ -25,10 +25,10 @@ pub struct Args {
     /// `http/protobuf`, `http://host:4317` for `grpc`); by default `OTEL_EXPORTER_OTLP_ENDPOINT`
     /// (or `_TRACES_ENDPOINT`), and off when neither is set. The service is `OTEL_SERVICE_NAME`
     /// (default `ternflow-server`); sampling `OTEL_TRACES_SAMPLER[_ARG]`.
-    #[arg(long)]
+    #[arg(long, env = "TERNFLOW_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
     /// `grpc` or `http/protobuf`; by default `OTEL_EXPORTER_OTLP_PROTOCOL`, else `http/protobuf`.
-    #[arg(long, value_parser = ["grpc", "http/protobuf"])]
+    #[arg(long, value_parser = ["grpc", "http/protobuf"], env = "TERNFLOW_OTLP_PROTOCOL")]
     pub otlp_protocol: Option<String>,
     /// `embedded` (a SQLite database in --data-dir), one Redis (`redis://host:6379/0`,
     /// `rediss://…`) or a Redis Cluster by its seed nodes
