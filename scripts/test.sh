@@ -136,6 +136,9 @@ else
   echo "could not start redis + ternflow serve for the browser tests"
   failed=$((failed + 1)); failed_steps+=("browser-services")
 fi
+# The Grafana dashboard is what its generator writes (its queries are checked in cargo-test:
+# crates/cli/tests/alerts.rs).
+run dashboard .venv-grafanalib/bin/python deploy/grafana/dashboard.py --check
 run npm-package npm_package
 # What a visitor's browser meets (tests/e2e/polite.test.mjs): the npm package's worker in
 # headless Chromium on a `ternflow serve` of its own (the debug binary): a hidden tab claims

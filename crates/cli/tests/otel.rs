@@ -3,7 +3,8 @@
 //! a gRPC server of the OTLP trace service in this test process: Jaeger, the receiver the issue
 //! names, is a Go program this machine cannot fetch). Each span joins the trace of the request's
 //! `traceparent`, under its span; one job's trace holds no other job's spans; and without the
-//! variables nothing is exported.
+//! variables nothing is exported. The same over OTLP/HTTP (protobuf, the default protocol) to an
+//! HTTP receiver here that decodes each export with the OTLP protobuf types.
 
 mod common;
 
@@ -32,6 +33,10 @@ async fn send(base: &str, token: &str, path: &str, traceparent: &str, body: Valu
 }
 
 fn start(dir: &std::path::Path, otlp: Option<&str>) -> Server {
+    start_with(dir, otlp, "grpc")
+}
+
+fn start_with(dir: &std::path::Path, otlp: Option<&str>, protocol: &str) -> Server {
     let mut envs = vec![(
         "TERNFLOW_TOKENS",
         "adm:admin,prod:producer,wrk:worker".to_owned(),
@@ -39,7 +44,7 @@ fn start(dir: &std::path::Path, otlp: Option<&str>) -> Server {
     if let Some(endpoint) = otlp {
         envs.extend([
             ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.to_owned()),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".to_owned()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol.to_owned()),
             ("OTEL_SERVICE_NAME", "ternflow-under-test".to_owned()),
             // Export within 100 ms rather than the default 5 s.
             ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
@@ -149,5 +154,81 @@ async fn without_an_endpoint_nothing_is_exported() {
     one_job(&srv.base, TRACE_A, PARENT_A, "text").await;
     let spans = collector.exported_spans(1, Duration::from_secs(2)).await;
     assert!(spans.is_empty(), "{spans:?}");
+    drop(srv);
+}
+
+/// An OTLP/HTTP trace receiver: `POST /v1/traces` with an `ExportTraceServiceRequest` in
+/// protobuf, answered with an empty response; every span it is sent as (trace id, parent span
+/// id, name), hex as in a `traceparent`.
+async fn http_receiver() -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<(String, String, String)>>>,
+) {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message as _;
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = got.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| async move {
+                assert_eq!(
+                    headers.get("content-type").and_then(|v| v.to_str().ok()),
+                    Some("application/x-protobuf")
+                );
+                let req = ExportTraceServiceRequest::decode(body).expect("an OTLP protobuf body");
+                let mut got = sink.lock().unwrap();
+                for rs in req.resource_spans {
+                    for ss in rs.scope_spans {
+                        for sp in ss.spans {
+                            got.push((
+                                hex::encode(&sp.trace_id),
+                                hex::encode(&sp.parent_span_id),
+                                sp.name,
+                            ));
+                        }
+                    }
+                }
+                (
+                    [("content-type", "application/x-protobuf")],
+                    ExportTraceServiceRequest::default().encode_to_vec(),
+                )
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), got)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_protobuf_too() {
+    let (endpoint, got) = http_receiver().await;
+    let dir = tempfile::tempdir().unwrap();
+    let srv = start_with(dir.path(), Some(&endpoint), "http/protobuf");
+    one_job(&srv.base, TRACE_A, PARENT_A, "text of job a").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while got.lock().unwrap().len() < 3 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut spans = got.lock().unwrap().clone();
+    spans.sort_unstable();
+    let want = |t: &str, p: &str, n: &str| (t.to_owned(), p.to_owned(), n.to_owned());
+    assert_eq!(
+        spans,
+        [
+            want(
+                "11111111111111111111111111111111",
+                "2222222222222222",
+                "POST /v1/jobs/claim"
+            ),
+            want(TRACE_A, PARENT_A, "POST /v1/jobs"),
+            want(TRACE_A, PARENT_A, "POST /v1/jobs/{id}/nack"),
+        ]
+    );
+    // The server is still serving after its exports (the export once panicked its runtime).
+    let r = reqwest::get(format!("{}/healthz", srv.base)).await.unwrap();
+    assert!(r.status().is_success());
     drop(srv);
 }

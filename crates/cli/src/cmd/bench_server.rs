@@ -49,6 +49,13 @@ pub struct Args {
     /// Model for the embed phase (skipped without one; default models/ternlight-int4.bin if present).
     #[arg(long)]
     pub model: Option<PathBuf>,
+    /// Export every request's span by OTLP to this collector, as `ternflow serve
+    /// --otlp-endpoint` does (for the tracing overhead: run with and without, interleaved).
+    #[arg(long)]
+    pub otlp_endpoint: Option<String>,
+    /// `grpc` or `http/protobuf` (default).
+    #[arg(long, value_parser = ["grpc", "http/protobuf"])]
+    pub otlp_protocol: Option<String>,
 }
 
 const TOKEN: &str = "bench-admin";
@@ -84,7 +91,32 @@ fn redis_cpu_s(url: &str) -> Option<f64> {
 /// Runs `ternflow bench-server`.
 pub fn run(args: Args) -> CmdResult {
     let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(bench(args))
+    // Logs at `warn` unless RUST_LOG says otherwise, with or without the trace export, so that
+    // a run with export and one without differ by the export alone.
+    let otlp = args
+        .otlp_endpoint
+        .as_deref()
+        .map(|e| super::telemetry::Otlp {
+            endpoint: e.to_owned(),
+            protocol: args
+                .otlp_protocol
+                .clone()
+                .unwrap_or_else(|| "http/protobuf".to_owned()),
+        });
+    let telemetry = {
+        let _entered = rt.enter();
+        super::telemetry::init_with("text", otlp.as_ref(), "warn")?
+    };
+    match &otlp {
+        Some(o) => println!(
+            "tracing: every request's span exported by OTLP ({}) to {}",
+            o.protocol, o.endpoint
+        ),
+        None => println!("tracing: no export"),
+    }
+    let r = rt.block_on(bench(args));
+    drop(telemetry);
+    r
 }
 
 async fn bench(args: Args) -> CmdResult {

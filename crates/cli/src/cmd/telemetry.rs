@@ -80,8 +80,16 @@ impl Otlp {
         let resource = opentelemetry_sdk::Resource::builder()
             .with_service_name(service)
             .build();
+        // The batch exporter on the server's Tokio runtime, not a thread of its own: the HTTP
+        // client (hyper) and the gRPC channel (tonic) both need the runtime to send (the
+        // threaded processor's HTTP export panicked: "no reactor running").
+        let batch = opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor::builder(
+            exporter,
+            opentelemetry_sdk::runtime::Tokio,
+        )
+        .build();
         Ok(SdkTracerProvider::builder()
-            .with_batch_exporter(exporter)
+            .with_span_processor(batch)
             .with_resource(resource)
             .build())
     }
@@ -112,9 +120,21 @@ impl Drop for Telemetry {
 /// # Errors
 /// An OTLP endpoint or protocol the exporter refuses.
 pub fn init(format: &str, otlp: Option<&Otlp>) -> Result<Telemetry, Box<dyn std::error::Error>> {
+    init_with(format, otlp, "info,ternflow_server=info")
+}
+
+/// [`init`] with `default_filter` where `RUST_LOG` is not set.
+///
+/// # Errors
+/// As [`init`].
+pub fn init_with(
+    format: &str,
+    otlp: Option<&Otlp>,
+    default_filter: &str,
+) -> Result<Telemetry, Box<dyn std::error::Error>> {
     use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "info,ternflow_server=info".into());
+        .unwrap_or_else(|_| default_filter.into());
     // A log line that cannot be written (stderr a file on a full disk) is dropped. By default
     // the subscriber reports that with `eprintln!`, which panics when stderr fails, and the
     // panic took down the request being logged (an empty reply to every enqueue that warned).
