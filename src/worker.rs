@@ -11,6 +11,7 @@ use std::rc::Rc;
 
 use ternflow_core::messages::{Embedding, FromWorker, ToWorker};
 use ternflow_core::ports::Clock;
+use ternflow_core::trace::TraceParent;
 use ternflow_core::ResolveOptions;
 use wasm_bindgen::prelude::*;
 
@@ -50,12 +51,13 @@ pub async fn handle(data: JsValue) -> JsValue {
         settle: true,
         info,
         max_tokens,
+        traceparent,
         ..
     } = &msg
     {
-        let ask = ResolveOptions {
-            max_tokens: *max_tokens,
-            info: *info,
+        let ask = match ask(*max_tokens, *info, traceparent.as_deref()) {
+            Ok(ask) => ask,
+            Err(e) => return error_to_js(id, &e),
         };
         return match embed_texts(id, texts, *progress, true, ask).await {
             Ok(items) => items_to_js(id, items.iter().map(Result::as_ref)),
@@ -68,6 +70,35 @@ pub async fn handle(data: JsValue) -> JsValue {
     }
 }
 
+/// What an `embed` message asks besides its texts: `maxTokens` at least 1, and a `traceparent`
+/// that parses as W3C's (a page that passes one wants its trace continued, not a new one).
+fn ask(
+    max_tokens: Option<u32>,
+    info: bool,
+    traceparent: Option<&str>,
+) -> Result<ResolveOptions, WorkerError> {
+    if max_tokens == Some(0) {
+        return Err(WorkerError::BadMessage(
+            "maxTokens must be at least 1".into(),
+        ));
+    }
+    let trace = match traceparent {
+        None => None,
+        Some(t) => Some(TraceParent::parse(t).ok_or_else(|| {
+            WorkerError::BadMessage(format!(
+                "traceparent {:?} is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, \
+                 lowercase, not all zeros)",
+                t.chars().take(64).collect::<String>()
+            ))
+        })?),
+    };
+    Ok(ResolveOptions {
+        max_tokens,
+        info,
+        trace,
+    })
+}
+
 /// Embeds `texts` in order through the pipeline (request `id`, cancellable between texts).
 /// With `settle`, a text that fails is an `Err` item and the rest go on; without, the first
 /// failure fails the whole request. A cancellation always fails the whole request.
@@ -78,11 +109,6 @@ async fn embed_texts(
     settle: bool,
     ask: ResolveOptions,
 ) -> Result<Vec<Result<Embedding, WorkerError>>, WorkerError> {
-    if ask.max_tokens == Some(0) {
-        return Err(WorkerError::BadMessage(
-            "maxTokens must be at least 1".into(),
-        ));
-    }
     let p = pipeline()?;
     let cancel = cancel::register(id);
     let mut items = Vec::with_capacity(texts.len());
@@ -94,7 +120,7 @@ async fn embed_texts(
         cancel.check(&format!("embed after {done} of {total} texts"))?;
         let mut finished = done as u64;
         let batch = p
-            .resolve_many_with(part, None, ask, |_, _| {
+            .resolve_many_with(part, None, ask.clone(), |_, _| {
                 finished += 1;
                 if progress {
                     post_progress(id, "embed", finished, Some(total as u64));
@@ -217,8 +243,9 @@ async fn dispatch(msg: ToWorker) -> Result<FromWorker, WorkerError> {
             settle: _,
             info,
             max_tokens,
+            traceparent,
         } => {
-            let ask = ResolveOptions { max_tokens, info };
+            let ask = ask(max_tokens, info, traceparent.as_deref())?;
             let embeddings = embed_texts(id, &texts, progress, false, ask)
                 .await?
                 .into_iter()

@@ -1084,3 +1084,45 @@ async fn a_text_never_cached_is_a_local_miss_without_an_indexeddb_read() {
     let after = gauge(&handle(r#"{"type":"stats","id":9}"#.into()).await).unwrap();
     assert_eq!(after, skipped + 1.0, "one new text, one skipped read");
 }
+
+#[wasm_bindgen_test]
+async fn an_embed_takes_the_page_s_traceparent_and_refuses_a_malformed_one() {
+    let msg = |json: String| js_sys::JSON::parse(&json).unwrap();
+    let handle = |json: String| ternflow::worker::handle(msg(json));
+    let field = |v: &JsValue, k: &str| js_sys::Reflect::get(v, &JsValue::from_str(k)).unwrap();
+    let db = uniq("ternflow-test-trace");
+    handle(format!(r#"{{"type":"init","id":1,"dbName":"{db}"}}"#)).await;
+    ternflow::worker::handle(load_model_bytes(2)).await;
+    let embed = |id: u32, traceparent: &str, settle: bool| {
+        handle(format!(
+            r#"{{"type":"embed","id":{id},"texts":["{}"],"settle":{settle},"traceparent":"{traceparent}"}}"#,
+            uniq("traced")
+        ))
+    };
+    let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let r = embed(3, good, false).await;
+    assert_eq!(field(&r, "type").as_string().as_deref(), Some("embedded"));
+    for (id, bad) in [
+        (4, "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"),
+        (5, "00-00000000000000000000000000000000-00f067aa0ba902b7-01"),
+        (6, "not a traceparent"),
+    ] {
+        for settle in [false, true] {
+            let r = embed(id, bad, settle).await;
+            assert_eq!(
+                field(&r, "type").as_string().as_deref(),
+                Some("error"),
+                "{bad}"
+            );
+            assert_eq!(
+                field(&r, "code").as_string().as_deref(),
+                Some("bad_message"),
+                "{bad}"
+            );
+            assert!(field(&r, "message")
+                .as_string()
+                .unwrap()
+                .contains("not a W3C traceparent"));
+        }
+    }
+}

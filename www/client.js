@@ -215,9 +215,12 @@ export class EmbeddingWorker extends EventTarget {
     return r.modelId;
   }
 
-  /** Embeds one text (through the local and remote caches); resolves to a Float32Array. */
-  async embed(text, { signal } = {}) {
-    return (await this.embedMany([text], { signal }))[0];
+  /**
+   * Embeds one text (through the local and remote caches); resolves to a Float32Array. With a
+   * W3C `traceparent`, the requests it causes (remote cache, lock, backend) join that trace.
+   */
+  async embed(text, { signal, traceparent } = {}) {
+    return (await this.embedMany([text], { signal, traceparent }))[0];
   }
 
   /**
@@ -243,10 +246,11 @@ export class EmbeddingWorker extends EventTarget {
     return this.#embed(texts, options, true);
   }
 
-  async #embed(texts, { signal, onProgress, settle = false, maxTokens } = {}, info) {
+  async #embed(texts, { signal, onProgress, settle = false, maxTokens, traceparent } = {}, info) {
     await this.ready;
     const msg = { type: "embed", texts, settle, info };
     if (maxTokens !== undefined) msg.maxTokens = maxTokens;
+    if (traceparent !== undefined) msg.traceparent = traceparent;
     const r = await this.#request(msg, { signal, onProgress, what: "embed" });
     return r.embeddings.map((e) =>
       e.error
@@ -444,8 +448,8 @@ function defaultWorker() {
 }
 
 /** Ternlight-compatible: embeds `text` with a shared default worker. */
-export function embed(text, { worker, signal } = {}) {
-  return (worker ?? defaultWorker()).embed(text, { signal });
+export function embed(text, { worker, signal, traceparent } = {}) {
+  return (worker ?? defaultWorker()).embed(text, { signal, traceparent });
 }
 
 /**

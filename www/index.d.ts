@@ -141,6 +141,12 @@ export interface EmbedManyOptions {
    * the shared cache.
    */
   maxTokens?: number;
+  /**
+   * A W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`): the page's own trace, continued by
+   * each text's requests (remote cache, lock, backend; each text a child span). Default: each
+   * text starts a trace of its own. A malformed one is refused (`bad_message`).
+   */
+  traceparent?: string;
 }
 
 /** What a vector covers of its text. */
@@ -176,7 +182,7 @@ export class EmbeddingWorker extends EventTarget {
    */
   readonly ready: Promise<string | null>;
   loadModel(model?: ModelOptions): Promise<string>;
-  embed(text: string, options?: { signal?: AbortSignal }): Promise<Float32Array>;
+  embed(text: string, options?: { signal?: AbortSignal; traceparent?: string }): Promise<Float32Array>;
   embedMany(texts: string[], options: EmbedManyOptions & { settle: true }): Promise<EmbedResult[]>;
   embedMany(texts: string[], options?: EmbedManyOptions & { settle?: false }): Promise<Float32Array[]>;
   embedDetailed(texts: string[], options: EmbedManyOptions & { settle: true }): Promise<DetailedResult[]>;
@@ -216,7 +222,10 @@ export class EmbeddingWorker extends EventTarget {
 }
 
 /** Ternlight-compatible: embeds `text` with a shared default worker. */
-export function embed(text: string, options?: { worker?: EmbeddingWorker; signal?: AbortSignal }): Promise<Float32Array>;
+export function embed(
+  text: string,
+  options?: { worker?: EmbeddingWorker; signal?: AbortSignal; traceparent?: string },
+): Promise<Float32Array>;
 /** Ternlight-compatible: ranks `corpus` by similarity to `query`, best first. */
 export function similar(
   query: string,

@@ -62,6 +62,7 @@ async fn results_come_back_in_id_order_as_jsonl_and_npy() {
                 by: None,
             },
             cache: None,
+            timing: None,
         };
         w.ack(&j.id, &ack, "").await.unwrap();
     }

@@ -3,14 +3,18 @@
 //! for bit (with the engine inside, and backend-only), the server killed mid-batch and restarted
 //! with nothing lost, a lease lost and re-delivered, stop with hand-back, a malformed job
 //! dead-lettered with its reason, and the HTTP handler under `wasmtime serve` answering vectors,
-//! a cached repeat and many requests at once.
+//! a cached repeat and many requests at once; and, with spans exported over OTLP, every job's
+//! trace whole from its enqueue to the ack that ends its delivery, the worker's engine step in it.
 //!
 //! These need Wasmtime and the wasm32-wasip2 build, so they are `#[ignore]`d in a plain
 //! `cargo test`; `scripts/test.sh` builds the components and runs them with `--ignored`. When
 //! either is missing they fail and say what to run: they never pass without running.
 
 mod common;
+#[path = "common/otlp.rs"]
+mod otlp;
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -701,6 +705,134 @@ async fn the_http_handler_answers_vectors_and_a_cached_repeat(wasi: Wasi) {
     assert_eq!(r.status(), 413);
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["error"]["code"], "too_large", "{e}");
+}
+
+/// A job's whole path is one trace among the spans the server exports over OTLP/HTTP, for every
+/// job a real worker runs: each of `TERNFLOW_TRACED_JOBS` jobs (300 unless set; the issue's run
+/// is 3 000) enqueued with a `traceparent` of its own, then run by a WASI worker with the engine
+/// inside. A job is traced when its trace holds its enqueue request's span (under the producer's
+/// span), a `deliver job` span under it for that job and no other, ended by the ack (`outcome`
+/// acked), and the worker's engine step under that delivery. Prints the count; at least 99 %
+/// must be traced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Wasmtime and the wasm32-wasip2 build: run by scripts/test.sh"]
+async fn every_job_s_trace_holds_its_path_from_enqueue_to_ack() {
+    let n: usize = std::env::var("TERNFLOW_TRACED_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let (endpoint, got) = otlp::receiver().await;
+    let dir = tempfile::tempdir().unwrap();
+    let model = model();
+    let srv = Server::start(
+        &dir.path().join("data"),
+        0,
+        &["--store", "embedded", "--model", model.to_str().unwrap()],
+        &[
+            ("TERNFLOW_TOKENS", format!("{ADMIN}:admin,{WORKER}:worker")),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".to_owned()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
+        ],
+    );
+    let base = srv.base.clone();
+    let texts = uniq("traced", n);
+    let salt = u64::from(std::process::id());
+    let http = reqwest::Client::new();
+    // The job id of each trace, and the producer's span each enqueue was made under.
+    let mut jobs: HashMap<String, (String, String)> = HashMap::new();
+    for (i, text) in texts.iter().enumerate() {
+        let trace = format!("{salt:016x}{:016x}", i + 1);
+        let parent = format!("{:016x}", (i as u64 + 1) << 8 | 0xab);
+        let r = http
+            .post(format!("{base}/v1/jobs"))
+            .bearer_auth(ADMIN)
+            .header("traceparent", format!("00-{trace}-{parent}-01"))
+            .json(&json!({"jobs": [{"text": text}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let v: Value = r.json().await.unwrap();
+        let id = v["jobs"][0]["id"].as_str().unwrap().to_owned();
+        jobs.insert(trace, (id, parent));
+    }
+    let t0 = Instant::now();
+    let cfg = json!({"concurrency": 8, "claimWaitMs": 300, "workerId": "wasi-traced"});
+    let mut w = Worker::start(
+        Wasi::P2.worker(),
+        &base,
+        cfg,
+        &["--idle-exit-ms", "1500"],
+        true,
+    );
+    let stopped = w.event("stopped", 600);
+    w.exit_ok(30);
+    assert_eq!(stopped["summary"]["done"], n, "{stopped}");
+    let run = t0.elapsed();
+
+    // Which jobs' traces are whole, from what has arrived so far.
+    let traced = |spans: &[otlp::Seen]| -> (usize, usize) {
+        let mut by_trace: HashMap<&str, Vec<&otlp::Seen>> = HashMap::new();
+        for s in spans {
+            by_trace.entry(&s.trace).or_default().push(s);
+        }
+        let (mut whole, mut foreign) = (0, 0);
+        for (trace, (id, parent)) in &jobs {
+            let Some(ss) = by_trace.get(trace.as_str()) else {
+                continue;
+            };
+            // No span of this trace names another job.
+            if ss
+                .iter()
+                .any(|s| s.attrs.get("job").is_some_and(|j| j != id))
+            {
+                foreign += 1;
+                continue;
+            }
+            let enqueue = ss
+                .iter()
+                .find(|s| s.name == "POST /v1/jobs" && &s.parent == parent);
+            let delivery = enqueue.and_then(|e| {
+                ss.iter().find(|s| {
+                    s.name == "deliver job"
+                        && s.parent == e.span
+                        && s.attrs.get("outcome").map(String::as_str) == Some("acked")
+                })
+            });
+            let engine = delivery.and_then(|d| {
+                ss.iter()
+                    .find(|s| s.name == "worker engine" && s.parent == d.span)
+            });
+            if let (Some(d), Some(e)) = (delivery, engine) {
+                // The step lies inside its delivery.
+                assert!(
+                    d.start_ns <= e.start_ns && e.end_ns <= d.end_ns,
+                    "{e:?} outside {d:?}"
+                );
+                whole += 1;
+            }
+        }
+        (whole, foreign)
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (whole, foreign, spans) = loop {
+        let spans = got.lock().unwrap().clone();
+        let (whole, foreign) = traced(&spans);
+        if whole == n || Instant::now() > deadline {
+            break (whole, foreign, spans.len());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    println!(
+        "traced {whole} of {n} jobs ({:.2} %) from enqueue to ack, {spans} spans received; \
+         the worker ran them in {:.1} s",
+        100.0 * whole as f64 / n as f64,
+        run.as_secs_f64()
+    );
+    assert_eq!(foreign, 0, "traces naming another trace's job");
+    assert!(whole * 100 >= n * 99, "only {whole} of {n} jobs traced");
+    drop(srv);
 }
 
 /// Which build of the components a test runs: WASI 0.2 (wstd) or WASI 0.3 (native async, run

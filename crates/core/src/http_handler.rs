@@ -173,6 +173,7 @@ pub async fn respond<P: Ports>(pipeline: &Pipeline<P>, method: &str, body: &[u8]
         let options = ResolveOptions {
             max_tokens: req.max_tokens,
             info: true,
+            trace: None,
         };
         let batch = pipeline
             .resolve_many_with(part, None, options, |_, _| {})

@@ -91,6 +91,10 @@ pub enum ToWorker {
         /// `Pipeline::resolve_many_with` for where a cut vector is cached).
         #[serde(default, rename = "maxTokens", skip_serializing_if = "Option::is_none")]
         max_tokens: Option<u32>,
+        /// The page's W3C `traceparent`: the texts' requests (remote cache, lock, backend) join
+        /// its trace (absent: each text starts a trace of its own; malformed: refused).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        traceparent: Option<String>,
     },
     /// The page's `AbortSignal` fired for request `target` (no reply).
     Cancel {
@@ -396,7 +400,17 @@ mod tests {
                 settle: true,
                 info: false,
                 max_tokens: None,
+                traceparent: None,
             }
+        );
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let e: ToWorker = serde_json::from_value(
+            json!({"type": "embed", "id": 5, "texts": ["a"], "traceparent": tp}),
+        )
+        .unwrap();
+        assert!(
+            matches!(&e, ToWorker::Embed { traceparent: Some(t), .. } if t == tp),
+            "{e:?}"
         );
         let c: ToWorker = serde_json::from_value(json!({"type": "cancel", "target": 3})).unwrap();
         assert_eq!(c.id(), None);

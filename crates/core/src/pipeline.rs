@@ -15,12 +15,13 @@ use crate::error::{Error, Result};
 use crate::keys::cache_key;
 use crate::metrics::{gauges, histograms, names, Metrics};
 use crate::ports::{Clock, Embedder, JobSource, LocalCache, Locks, PutOutcome, RemoteCache};
-use crate::protocol::{CacheEntry, CachePut, LockGrant, ResultSource, TextInfo, Vector};
+use crate::protocol::{CacheEntry, CachePut, LockGrant, ResultSource, Step, TextInfo, Vector};
 use crate::queue::batch_queue::{AckQueue, NackQueue};
 use crate::queue::lease_board::LeaseBoard;
 use crate::queue::lease_journal::LeaseChanges;
 use crate::queue::pause::PauseSignal;
 use crate::queue::signal::StopSignal;
+use crate::queue::step_log::StepLog;
 use crate::ratelimit::RateLimiter;
 use crate::retry::jittered_ttl_ms;
 use crate::rng::Rng;
@@ -56,12 +57,16 @@ pub struct Resolved {
 }
 
 /// What a caller asks of a batch besides its vectors ([`Pipeline::resolve_many_with`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResolveOptions {
     /// Word pieces to embed of each text at most (`None`: whole texts).
     pub max_tokens: Option<u32>,
     /// Say what each vector covers ([`Resolution::info`]).
     pub info: bool,
+    /// The caller's trace (a page's `embed(texts, { traceparent })`): every request a text
+    /// causes (remote cache, lock, backend) is in it, as a child of its span. `None`: each text
+    /// starts a trace of its own.
+    pub trace: Option<TraceParent>,
 }
 
 /// A batch resolved.
@@ -131,6 +136,8 @@ pub struct Pipeline<P: Ports> {
     pub(crate) nacks: NackQueue,
     /// The leases the queue loop holds.
     pub(crate) leases: LeaseBoard,
+    /// What the running jobs' steps took (sent with their acks).
+    pub(crate) steps: StepLog,
 }
 
 /// The adapters a [`Pipeline`] is built from and runs on.
@@ -179,6 +186,7 @@ impl<P: Ports> Pipeline<P> {
             acks: AckQueue::default(),
             nacks: NackQueue::default(),
             leases: LeaseBoard::default(),
+            steps: StepLog::default(),
         }
     }
 
@@ -314,8 +322,11 @@ impl<P: Ports> Pipeline<P> {
         let each = RefCell::new(each);
         let each = &each;
         let cut = &cut;
+        let caller = options.trace.as_ref();
         let resolving = texts.iter().enumerate().map(|(i, t)| async move {
-            let trace = TraceParent::new_root(&self.rng).header();
+            let trace = caller
+                .map_or_else(|| TraceParent::new_root(&self.rng), |c| c.child(&self.rng))
+                .header();
             let r = match max_tokens {
                 Some(max) if cut[i] => self.resolve_cut(t, model_id, max, &trace).await,
                 _ => self.resolve(t, model_id, &trace).await,
@@ -354,7 +365,10 @@ impl<P: Ports> Pipeline<P> {
         let model = self.model_for(model_id)?;
         let key = cache_key(&model, text);
 
-        if let Some(v) = self.local_get(&key).await {
+        if let Some(v) = self
+            .timed(trace, Step::LocalCache, self.local_get(&key), |_| true)
+            .await
+        {
             return Ok(Resolved {
                 vector: v,
                 model_id: model,
@@ -362,7 +376,15 @@ impl<P: Ports> Pipeline<P> {
             });
         }
         let remote = match hint {
-            RemoteHint::Unknown => self.remote_get(&key, &model, trace).await,
+            RemoteHint::Unknown => {
+                self.timed(
+                    trace,
+                    Step::RemoteCache,
+                    self.remote_get(&key, &model, trace),
+                    |_| true,
+                )
+                .await
+            }
             RemoteHint::Absent => {
                 self.metrics.inc(names::REMOTE_MISSES);
                 None
@@ -383,7 +405,15 @@ impl<P: Ports> Pipeline<P> {
         // Single flight: one worker embeds a key at a time; the others wait and re-check.
         let outcome = match guard {
             SingleFlight::Lease { .. } => LockOutcome::GaveUp, // the lease already guards it
-            SingleFlight::Lock => self.lock_or_wait(&key, &model, trace).await,
+            SingleFlight::Lock => {
+                self.timed(
+                    trace,
+                    Step::Lock,
+                    self.lock_or_wait(&key, &model, trace),
+                    |_| true,
+                )
+                .await
+            }
         };
         let grant = match outcome {
             LockOutcome::Held(g) => Some(g),
@@ -650,6 +680,25 @@ impl<P: Ports> Pipeline<P> {
         }
     }
 
+    /// Runs `f` as `step` of the job whose requests carry `trace`, timed into [`StepLog`] when
+    /// that job is being recorded (a queue job); `ok` says whether its output is a success.
+    async fn timed<T>(
+        &self,
+        trace: &str,
+        step: Step,
+        f: impl std::future::Future<Output = T>,
+        ok: impl Fn(&T) -> bool,
+    ) -> T {
+        if !self.steps.is_open(trace) {
+            return f.await;
+        }
+        let t0 = self.adapters.clock.now_us();
+        let r = f.await;
+        self.steps
+            .record(trace, step, t0, self.adapters.clock.now_us(), ok(&r));
+        r
+    }
+
     /// Embeds with the engine when it can run this model, else with the backend (breaker and rate
     /// limit guard the backend; a breaker guards the engine too).
     async fn embed(
@@ -675,9 +724,12 @@ impl<P: Ports> Pipeline<P> {
             self.cpu.begin(&self.adapters.clock).await;
             let t0 = self.adapters.clock.now_ms();
             let r = self
-                .adapters
-                .engine
-                .embed_with(text, max_tokens, trace)
+                .timed(
+                    trace,
+                    Step::Engine,
+                    self.adapters.engine.embed_with(text, max_tokens, trace),
+                    Result::is_ok,
+                )
                 .await;
             self.cpu.end(self.adapters.clock.now_ms());
             match r {
@@ -747,12 +799,13 @@ impl<P: Ports> Pipeline<P> {
             )));
         }
         self.metrics.inc(names::BACKEND_CALLS);
-        match self
-            .adapters
-            .backend
-            .embed_with(text, max_tokens, trace)
-            .await
-        {
+        let called = self.timed(
+            trace,
+            Step::Backend,
+            self.adapters.backend.embed_with(text, max_tokens, trace),
+            Result::is_ok,
+        );
+        match called.await {
             Ok(v) => {
                 self.backend_breaker.success();
                 if let Some(m) = self.adapters.backend.model_id() {

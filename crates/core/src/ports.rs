@@ -16,6 +16,11 @@ use crate::protocol::{
 pub trait Clock {
     /// Now, Unix ms.
     fn now_ms(&self) -> u64;
+    /// Now in microseconds, for timing a job's steps (only differences are used): as fine as
+    /// the platform's clock gives; the default is [`Clock::now_ms`]'s.
+    fn now_us(&self) -> u64 {
+        self.now_ms().saturating_mul(1000)
+    }
     /// Resolves after `ms` milliseconds.
     async fn sleep(&self, ms: u64);
 }

@@ -304,6 +304,63 @@ fn job_is_acked_with_its_result() {
 }
 
 #[test]
+fn a_job_s_ack_carries_its_steps_under_the_delivery_s_traceparent() {
+    use ternflow_core::protocol::Step;
+    let rig = Rig::new();
+    let p = rig.pipeline(Config::default());
+    rig.engine.latency_ms.set(7);
+    let id = rig.server.enqueue(MODEL, "timed text");
+    let job = rig.clock.run(rig.server.claim(1, 0)).unwrap().remove(0);
+    rig.clock.run(p.run_job(&job));
+    let acks = rig.server.ack_timings.borrow().clone();
+    assert_eq!(acks.len(), 1);
+    let (acked, sent_with, timing) = &acks[0];
+    assert_eq!(acked, &id);
+    // The job's requests carry the delivery's own traceparent (its span is the steps' parent).
+    assert_eq!(sent_with, &job.traceparent);
+    let timing = timing.clone().expect("the ack reports its steps");
+    assert_eq!(timing.traceparent, job.traceparent);
+    let steps: Vec<(Step, u64, bool)> = timing
+        .steps
+        .iter()
+        .map(|s| (s.step, s.us, s.failed))
+        .collect();
+    // The local cache missed (no time on the fake clock), the engine took its 7 ms; the claim
+    // said the remote cache had nothing, so no remote step.
+    assert_eq!(
+        steps,
+        [(Step::LocalCache, 0, false), (Step::Engine, 7_000, false)]
+    );
+    assert!(timing.run_us >= 7_000, "{timing:?}");
+    assert!(timing
+        .steps
+        .iter()
+        .all(|s| s.start_us + s.us <= timing.run_us));
+
+    // An engine that fails: its step is marked failed, the backend's follows.
+    rig.engine.broken.set(true);
+    rig.server.ack_timings.borrow_mut().clear();
+    rig.server.enqueue(MODEL, "timed fallback");
+    let job = rig.clock.run(rig.server.claim(1, 0)).unwrap().remove(0);
+    assert_eq!(
+        rig.clock.run(p.run_job(&job)),
+        JobOutcome::Done(ResultSource::Backend)
+    );
+    let timing = rig.server.ack_timings.borrow()[0].2.clone().unwrap();
+    let steps: Vec<(Step, bool)> = timing.steps.iter().map(|s| (s.step, s.failed)).collect();
+    assert_eq!(
+        steps,
+        [
+            (Step::LocalCache, false),
+            (Step::Engine, true),
+            (Step::Backend, false)
+        ]
+    );
+    // A text resolved outside a job (a page's embed) records nothing and keeps no state.
+    rig.clock.run(p.resolve("outside a job", None, "")).unwrap();
+}
+
+#[test]
 fn a_claim_carrying_the_cached_entry_is_a_remote_hit_without_a_get() {
     let rig = Rig::new();
     let p = rig.pipeline(Config::default());
@@ -1071,10 +1128,11 @@ fn a_cut_text_the_engine_cannot_count_goes_to_the_backend_with_its_limit() {
     let options = ResolveOptions {
         max_tokens: Some(2),
         info: true,
+        trace: None,
     };
     let batch = rig
         .clock
-        .run(p.resolve_many_with(&texts, Some(MODEL), options, |_, _| {}));
+        .run(p.resolve_many_with(&texts, Some(MODEL), options.clone(), |_, _| {}));
     assert_eq!(batch.info, None, "no engine to count with");
     let r = batch.results.into_iter().next().unwrap().unwrap();
     assert_eq!(r.source, ResultSource::Backend);
@@ -1094,14 +1152,69 @@ fn a_cut_text_the_engine_cannot_count_goes_to_the_backend_with_its_limit() {
     let fresh = MemLocal::new(usize::MAX, 100);
     let q = rig.pipeline_with(Config::default(), fresh, unloaded(), unloaded());
     for _ in 0..10 {
-        let batch = rig
-            .clock
-            .run(q.resolve_many_with(&texts, Some(MODEL), options, |_, _| {}));
+        let batch =
+            rig.clock
+                .run(q.resolve_many_with(&texts, Some(MODEL), options.clone(), |_, _| {}));
         let e = batch.results.into_iter().next().unwrap().unwrap_err();
         assert!(e.to_string().contains("cannot embed part of a text"), "{e}");
     }
     assert_eq!(q.breakers().1, BreakerState::Closed);
     assert_eq!(q.metrics.counter(names::BACKEND_ERRORS), 0);
+}
+
+#[test]
+fn a_caller_s_trace_is_continued_by_each_text_s_requests() {
+    use ternflow_core::trace::TraceParent;
+    let rig = Rig::new();
+    let unloaded = FakeEmbedder::new(None, rig.clock.clone());
+    let p = rig.pipeline_with(
+        Config::default(),
+        rig.local.clone(),
+        unloaded,
+        rig.backend.clone(),
+    );
+    let page = TraceParent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+    let texts = vec!["traced one".to_owned(), "traced two".to_owned()];
+    let options = ResolveOptions {
+        trace: page.clone(),
+        ..ResolveOptions::default()
+    };
+    let batch = rig
+        .clock
+        .run(p.resolve_many_with(&texts, Some(MODEL), options, |_, _| {}));
+    assert!(batch.results.iter().all(Result::is_ok));
+    let seen: Vec<TraceParent> = rig
+        .backend
+        .traces
+        .borrow()
+        .iter()
+        .map(|t| TraceParent::parse(t).expect("a traceparent on every backend call"))
+        .collect();
+    assert_eq!(seen.len(), 2, "both texts went to the backend");
+    let page = page.unwrap();
+    for t in &seen {
+        // In the page's trace, each text a span of its own under the page's.
+        assert_eq!(t.trace_id, page.trace_id);
+        assert_ne!(t.parent_id, page.parent_id);
+        assert_eq!(t.flags, page.flags);
+    }
+    assert_ne!(seen[0].parent_id, seen[1].parent_id);
+
+    // Without one, each text starts a trace of its own.
+    rig.backend.traces.borrow_mut().clear();
+    let texts = vec!["untraced one".to_owned(), "untraced two".to_owned()];
+    rig.clock
+        .run(p.resolve_many_with(&texts, Some(MODEL), ResolveOptions::default(), |_, _| {}));
+    let seen: Vec<String> = rig
+        .backend
+        .traces
+        .borrow()
+        .iter()
+        .map(|t| TraceParent::parse(t).unwrap().trace_id)
+        .collect();
+    assert_eq!(seen.len(), 2);
+    assert_ne!(seen[0], seen[1]);
+    assert!(seen.iter().all(|t| *t != page.trace_id));
 }
 
 #[test]

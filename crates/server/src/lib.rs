@@ -22,6 +22,8 @@
 //! - `limits`: per-token request rate, SSE streams, long polls, claims and embed budgets.
 //! - `lock_holds`: the single-flight locks each token holds on this server, capped in number and
 //!   in how long it holds one key.
+//! - `deliveries`: the job deliveries this server traces (a span per delivery, the worker's
+//!   reported steps under it), while spans are exported.
 //! - `granted_locks`: the locks this server granted and that were not released, of every
 //!   tenant (held and leaked figures, what an operator lists and breaks).
 //! - `serve`: [`run`], the accept loop (header timeout, connection bound, shutdown deadline).
@@ -54,6 +56,7 @@ pub mod auth;
 mod cache;
 pub mod clock;
 pub mod config;
+mod deliveries;
 pub mod embed;
 pub mod error;
 mod extract;

@@ -71,6 +71,8 @@ pub struct Shared {
     pub(crate) model_file: Option<ModelFile>,
     /// Locks this process granted and that were not released (`crate::granted_locks`).
     pub(crate) locks: Arc<crate::granted_locks::GrantedLocks>,
+    /// The job deliveries this server traces (`crate::deliveries`).
+    pub(crate) deliveries: Arc<crate::deliveries::Deliveries>,
     shutdown: Arc<watch::Sender<bool>>,
 }
 
@@ -130,6 +132,7 @@ impl AppState {
             default_model_id: Arc::from(""),
             model_file: None,
             locks: Arc::default(),
+            deliveries: Arc::default(),
             shutdown: Arc::new(shutdown),
         }))
     }

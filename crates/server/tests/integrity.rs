@@ -132,6 +132,7 @@ fn ack_body(job: &Value, vector: Vec<f32>, model: &str, cache: bool) -> AckReque
             fence: job["lease"]["fence"].as_u64().unwrap(),
             ttl_ms: None,
         }),
+        timing: None,
     }
 }
 

@@ -73,6 +73,7 @@ fn ack_of(job: &ClaimedJob) -> AckRequest {
             by: None,
         },
         cache: None,
+        timing: None,
     }
 }
 

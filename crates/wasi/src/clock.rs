@@ -17,6 +17,12 @@ impl Clock for WasiClock {
             .map_or(0, |d| d.as_millis() as u64)
     }
 
+    fn now_us(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64)
+    }
+
     #[cfg(feature = "p2")]
     async fn sleep(&self, ms: u64) {
         wstd::task::sleep(wstd::time::Duration::from_millis(ms)).await;

@@ -224,6 +224,7 @@ async fn bench(args: Args) -> CmdResult {
                                 worker: None,
                                 result: ack_result.clone(),
                                 cache: None,
+                                timing: None,
                             },
                         })
                         .collect();

@@ -151,6 +151,8 @@ pub fn init_with(
         opentelemetry::global::set_text_map_propagator(
             opentelemetry_sdk::propagation::TraceContextPropagator::new(),
         );
+        // The spans the server makes itself (a job's delivery, a worker's reported steps).
+        opentelemetry::global::set_tracer_provider(p.clone());
         tracing_opentelemetry::layer()
             .with_tracer(p.tracer("ternflow-server"))
             .with_filter(tracing_subscriber::filter::LevelFilter::INFO)

@@ -20,6 +20,8 @@ pub struct FakeEmbedder {
     pub broken: Rc<Cell<bool>>,
     /// Simulated latency on the fake clock.
     pub latency_ms: Rc<Cell<u64>>,
+    /// The `traceparent` of each call, in order.
+    pub traces: Rc<RefCell<Vec<String>>>,
     clock: FakeClock,
 }
 
@@ -32,6 +34,7 @@ impl FakeEmbedder {
             fail_next: Rc::default(),
             broken: Rc::default(),
             latency_ms: Rc::default(),
+            traces: Rc::default(),
             clock,
         }
     }
@@ -96,8 +99,9 @@ impl Embedder for FakeEmbedder {
         };
         Some(texts.iter().map(|t| one(t)).collect())
     }
-    async fn embed(&self, text: &str, _trace: &str) -> Result<Vec<f32>> {
+    async fn embed(&self, text: &str, trace: &str) -> Result<Vec<f32>> {
         self.calls.set(self.calls.get() + 1);
+        self.traces.borrow_mut().push(trace.to_owned());
         let lat = self.latency_ms.get();
         if lat > 0 {
             self.clock.sleep(lat).await;

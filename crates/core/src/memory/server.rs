@@ -37,6 +37,8 @@ pub struct MemServer {
     pub fail_ack_batches: Rc<Cell<u32>>,
     /// Acks applied per job id (a job acked twice shows 2).
     pub ack_counts: Rc<RefCell<BTreeMap<String, u32>>>,
+    /// The timing of every ack received.
+    pub ack_timings: Rc<RefCell<Vec<AckTiming>>>,
     /// Ack requests received, one per job (single or in a batch; repeats included).
     pub acks_received: Rc<Cell<u32>>,
     /// Heartbeat requests served: one-lease requests, and batch requests.
@@ -51,6 +53,9 @@ pub struct MemServer {
     /// does): the claim marks it done, flagged `resolved`, and counts it in `ack_counts`.
     pub resolve_cached: Rc<Cell<bool>>,
 }
+
+/// `(job id, the traceparent the ack was sent with ("" in a batch), its timing)`.
+pub type AckTiming = (String, String, Option<crate::protocol::JobTiming>);
 
 #[derive(Debug, Default)]
 struct ServerState {
@@ -91,6 +96,7 @@ impl MemServer {
             ack_batches: Rc::default(),
             fail_ack_batches: Rc::default(),
             ack_counts: Rc::default(),
+            ack_timings: Rc::default(),
             acks_received: Rc::default(),
             heartbeat_calls: Rc::default(),
             heartbeat_batches: Rc::default(),
@@ -265,7 +271,11 @@ impl MemServer {
                 text,
                 model_id,
                 attempt,
-                traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+                // One trace for every job, a span per delivery (as the server's claim opens one).
+                traceparent: format!(
+                    "00-4bf92f3577b34da6a3ce929d0e0e4736-{:016x}-01",
+                    lease.fence
+                ),
                 lease,
                 meta: None,
                 cache_checked: true,
@@ -342,9 +352,14 @@ impl JobSource for MemServer {
         Ok(out)
     }
 
-    async fn ack(&self, job_id: &str, ack: &AckRequest, _trace: &str) -> Result<()> {
+    async fn ack(&self, job_id: &str, ack: &AckRequest, trace: &str) -> Result<()> {
         self.up()?;
         self.acks_received.set(self.acks_received.get() + 1);
+        self.ack_timings.borrow_mut().push((
+            job_id.to_owned(),
+            trace.to_owned(),
+            ack.timing.clone(),
+        ));
         let now = self.clock.now_ms();
         let mut s = self.inner.borrow_mut();
         Self::lease_check(&s, job_id, &ack.token)?;

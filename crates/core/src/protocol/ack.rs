@@ -70,6 +70,76 @@ pub struct AckRequest {
     /// vector): the server writes it on the first ack, fenced like `PUT /v1/cache/{key}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<AckCacheWrite>,
+    /// What the worker spent on the job, step by step: exported by a tracing server as spans
+    /// in the job's trace (under the delivery its claim opened). Never affects the ack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<JobTiming>,
+}
+
+/// A worker's account of one delivery of a job ([`AckRequest::timing`]). Times are durations on
+/// the worker's clock, placed by the server before the ack's arrival (so no clock needs to
+/// agree with another); a server takes at most [`JobTiming::MAX_STEPS`] steps, inside `run_us`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct JobTiming {
+    /// The delivery's `traceparent`, as the claim handed it out ([`ClaimedJob::traceparent`](super::ClaimedJob::traceparent)):
+    /// the server exports the steps only under a delivery it opened for this job.
+    pub traceparent: String,
+    /// From the job's start on the worker to the ack being sent, in microseconds.
+    pub run_us: u64,
+    /// The steps, in the order they started.
+    #[serde(default)]
+    pub steps: Vec<StepTiming>,
+}
+
+impl JobTiming {
+    /// Steps a server exports of one ack at most (the rest are dropped).
+    pub const MAX_STEPS: usize = 16;
+}
+
+/// One step of a job on the worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct StepTiming {
+    /// Which step.
+    pub step: Step,
+    /// When it started, in microseconds after the job's start.
+    pub start_us: u64,
+    /// How long it took, in microseconds.
+    pub us: u64,
+    /// It failed (the next step is what the worker fell back to).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
+}
+
+/// A worker's steps on a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Step {
+    /// The local cache (IndexedDB in a browser) read.
+    LocalCache,
+    /// `GET /v1/cache/{key}`.
+    RemoteCache,
+    /// Waiting for a text's single-flight lock.
+    Lock,
+    /// The engine's embed.
+    Engine,
+    /// `POST /v1/embed` (the backend fallback).
+    Backend,
+}
+
+impl Step {
+    /// The span name a server exports the step under.
+    pub fn span_name(self) -> &'static str {
+        match self {
+            Step::LocalCache => "worker local_cache",
+            Step::RemoteCache => "worker remote_cache",
+            Step::Lock => "worker lock",
+            Step::Engine => "worker engine",
+            Step::Backend => "worker backend",
+        }
+    }
 }
 
 /// The remote cache write an ack can carry.
@@ -122,6 +192,8 @@ struct AckItemWire {
     result: JobResult,
     #[serde(default)]
     cache: Option<AckCacheWrite>,
+    #[serde(default)]
+    timing: Option<JobTiming>,
 }
 
 impl From<AckItemWire> for AckItem {
@@ -133,6 +205,7 @@ impl From<AckItemWire> for AckItem {
                 worker: w.worker,
                 result: w.result,
                 cache: w.cache,
+                timing: w.timing,
             },
         }
     }

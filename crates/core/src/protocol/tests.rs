@@ -26,6 +26,7 @@ fn claim_defaults() {
 fn ack_round_trip_and_source_names() {
     let a = AckRequest {
         cache: None,
+        timing: None,
         token: "t".into(),
         worker: None,
         result: JobResult {

@@ -47,18 +47,31 @@ impl<P: Ports> Pipeline<P> {
         job: &ClaimedJob,
         board: Option<&LeaseBoard>,
     ) -> JobOutcome {
+        // The delivery's own span (the claim opened it): every request of the job is its child,
+        // and so are the steps reported with the ack.
         let trace = TraceParent::parse(&job.traceparent)
-            .map(|t| t.child(&self.rng))
             .unwrap_or_else(|| TraceParent::new_root(&self.rng))
             .header();
+        self.steps.begin(&trace, self.adapters.clock.now_us());
+        let outcome = self.run_traced(job, &trace, board).await;
+        self.steps.end(&trace);
+        outcome
+    }
+
+    async fn run_traced(
+        &self,
+        job: &ClaimedJob,
+        trace: &str,
+        board: Option<&LeaseBoard>,
+    ) -> JobOutcome {
         let held = RefCell::new(None);
-        let work = self.work(job, &trace, &held);
+        let work = self.work(job, trace, &held);
         let beat = async {
             match board {
-                None => self.heartbeat(job, &trace, &held).await,
+                None => self.heartbeat(job, trace, &held).await,
                 Some(b) => {
                     let lost = b.lost(&job.id);
-                    let renew = self.renew_lock(&trace, &held);
+                    let renew = self.renew_lock(trace, &held);
                     pin_mut!(lost, renew);
                     select(lost, renew).await;
                 }
@@ -163,8 +176,12 @@ impl<P: Ports> Pipeline<P> {
             fence: job.lease.fence,
             ttl_ms: Some(self.cfg.remote_ttl_ms),
         });
+        let timing = self
+            .steps
+            .timing(trace, &job.traceparent, self.adapters.clock.now_us());
         let ack = AckRequest {
             cache,
+            timing,
             token: job.lease.token.clone(),
             worker: Some(self.cfg.worker_id.clone()),
             result: JobResult {

@@ -7,6 +7,7 @@
 //! - [`lease_journal`]: what changed in them since an adapter last looked (the page's mirror).
 //! - [`signal`]: the stop signal the loop awaits.
 //! - [`pause`]: pausing the loop (no claims) and resuming it, without a stop.
+//! - `step_log`: what each running job's steps took, sent with its ack.
 
 pub mod batch_queue;
 pub mod claim_loop;
@@ -15,3 +16,4 @@ pub(crate) mod lease_board;
 pub mod lease_journal;
 pub mod pause;
 pub mod signal;
+pub(crate) mod step_log;

@@ -141,9 +141,36 @@ async fn hand_out(
             }
         }
     }
+    // Each job's delivery is a span of its own in the job's trace: one this server exports
+    // (`crate::deliveries`) when this claim's span is, else an id minted for the worker's
+    // requests to share.
+    let claim_span = crate::deliveries::traced();
     for j in jobs.iter_mut() {
-        let span = format!("{:016x}", rand::random::<u64>().max(1));
-        j.traceparent = format!("00-{}-{span}-01", j.traceparent);
+        let opened = claim_span.as_ref().and_then(|c| {
+            let claim = crate::deliveries::Claim {
+                tenant: &state.tenant,
+                job: &j.id,
+                attempt: j.attempt,
+                worker,
+                trace: &j.traceparent,
+            };
+            state.deliveries.open(&claim, c)
+        });
+        let (trace_id, _) = crate::deliveries::split_trace(&j.traceparent);
+        let span = opened.map_or_else(
+            || format!("{:016x}", rand::random::<u64>().max(1)),
+            |s| s.to_string(),
+        );
+        j.traceparent = format!("00-{trace_id}-{span}-01");
+        if j.resolved {
+            state.deliveries.end(
+                &state.tenant,
+                &j.id,
+                crate::deliveries::Ending::ResolvedAtClaim,
+                None,
+                "",
+            );
+        }
         tracing::info!(job = %j.id, traceparent = %j.traceparent, worker = %worker,
             attempt = j.attempt, fence = j.lease.fence, "claimed");
     }

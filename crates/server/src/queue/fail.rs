@@ -24,6 +24,7 @@ use ternflow_core::protocol::{
 };
 
 use super::publish_finished;
+use crate::deliveries::Ending;
 use crate::error::{Error, Result};
 use crate::identity::{Identity, SERVER_WRITER};
 use crate::integrity::verifier;
@@ -51,6 +52,26 @@ pub(crate) enum Attempt {
 /// # Errors
 /// The store's (the worker sends the nack again).
 pub(crate) async fn fail(
+    state: &Ctx,
+    caller: Option<&Identity>,
+    id: &str,
+    req: NackRequest,
+) -> Result<NackItemOutcome> {
+    let outcome = fail_once(state, caller, id, req).await?;
+    let ending = match outcome {
+        NackItemOutcome::Retry { .. } => Some(Ending::Retried),
+        NackItemOutcome::Dead => Some(Ending::DeadLettered),
+        NackItemOutcome::Done => Some(Ending::DoneByServer),
+        NackItemOutcome::LeaseLost | NackItemOutcome::Missing => None,
+    };
+    if let Some(ending) = ending {
+        let sub = caller.map_or("", |c| &*c.sub);
+        state.deliveries.end(&state.tenant, id, ending, None, sub);
+    }
+    Ok(outcome)
+}
+
+async fn fail_once(
     state: &Ctx,
     caller: Option<&Identity>,
     id: &str,

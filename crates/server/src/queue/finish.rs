@@ -65,6 +65,29 @@ fn model_mismatch(expected: &str, got: &str) -> Error {
 pub async fn finish(
     state: &Ctx,
     writer: &Writer,
+    mut acks: Vec<AckItem>,
+) -> Result<Vec<AckItemResult>> {
+    // The workers' reports of their steps, for the deliveries this server traces: taken only
+    // with an ack the store accepted (`crate::deliveries`).
+    let timings: Vec<_> = acks.iter_mut().map(|a| a.ack.timing.take()).collect();
+    let results = finish_acks(state, writer, acks).await?;
+    for (r, timing) in results.iter().zip(&timings) {
+        if matches!(r.outcome, AckItemOutcome::Done | AckItemOutcome::Pending) {
+            state.deliveries.end(
+                &state.tenant,
+                &r.id,
+                crate::deliveries::Ending::Acked,
+                timing.as_ref(),
+                &writer.sub,
+            );
+        }
+    }
+    Ok(results)
+}
+
+async fn finish_acks(
+    state: &Ctx,
+    writer: &Writer,
     acks: Vec<AckItem>,
 ) -> Result<Vec<AckItemResult>> {
     let now = state.now();

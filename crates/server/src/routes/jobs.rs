@@ -96,6 +96,7 @@ pub(crate) async fn enqueue(
     }
     let now = state.now();
     let trace_id = trace_id_from(&headers);
+    let enqueue_span = crate::deliveries::traced();
     let mut records = Vec::with_capacity(jobs.len());
     for j in jobs {
         if j.text.len() > cfg.max_text_bytes {
@@ -138,9 +139,14 @@ pub(crate) async fn enqueue(
             priority,
             available_at: now + delay,
             meta: j.meta,
-            trace_id: trace_id
-                .clone()
-                .unwrap_or_else(|| format!("{:032x}", rand::random::<u128>().max(1))),
+            trace_id: match &enqueue_span {
+                // Exported: the job's trace is the enqueue span's (the producer's when it sent
+                // a traceparent), and that span is its deliveries' parent.
+                Some(sc) => crate::deliveries::stored_trace(&sc.trace_id().to_string(), Some(sc)),
+                None => trace_id
+                    .clone()
+                    .unwrap_or_else(|| format!("{:032x}", rand::random::<u128>().max(1))),
+            },
         });
     }
     check_queue_quota(&state, records.len() as u64, now).await?;
@@ -461,6 +467,12 @@ async fn release_one(state: &Ctx, id: &str, token: &str) -> Result<ReleaseOutcom
         Released::Dead => ReleaseOutcome::Dead,
     };
     state.metrics.add(|c| &c.leases_released, 1);
+    let ending = if outcome == ReleaseOutcome::Dead {
+        crate::deliveries::Ending::DeadLettered
+    } else {
+        crate::deliveries::Ending::Released
+    };
+    state.deliveries.end(&state.tenant, id, ending, None, "");
     if outcome != ReleaseOutcome::Released {
         state.metrics.add(|c| &c.releases_counted, 1);
     }

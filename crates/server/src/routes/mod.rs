@@ -112,6 +112,8 @@ fn request_span(req: &axum::http::Request<axum::body::Body>) -> tracing::Span {
         method = %req.method(),
         path = %req.uri().path(),
         traceparent = %traceparent,
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
     );
     // With an OpenTelemetry layer installed (`ternflow serve` with an OTLP endpoint), the span
     // joins the caller's trace: its parent is the `traceparent`'s span. Without one this is a
@@ -120,6 +122,22 @@ fn request_span(req: &axum::http::Request<axum::body::Body>) -> tracing::Span {
         p.extract(&HeaderCarrier(req.headers()))
     });
     let _ = tracing_opentelemetry::OpenTelemetrySpanExt::set_parent(&span, parent);
+    // Every log line of the request carries its trace id (and, when spans are exported, this
+    // span's id) as fields, so a log search and a trace view meet on the same ids.
+    use opentelemetry::trace::TraceContextExt as _;
+    let cx = tracing_opentelemetry::OpenTelemetrySpanExt::context(&span);
+    let exported = cx.span().span_context().clone();
+    if exported.is_valid() {
+        span.record("trace_id", tracing::field::display(exported.trace_id()));
+        span.record("span_id", tracing::field::display(exported.span_id()));
+    } else if let Some(t) = req
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(ternflow_core::trace::TraceParent::parse)
+    {
+        span.record("trace_id", tracing::field::display(&t.trace_id));
+    }
     span
 }
 
