@@ -59,6 +59,17 @@ impl Rig {
         )
     }
 
+    /// A pipeline whose engine is not loaded: every miss goes to the backend.
+    fn backend_only(&self) -> Pipeline<Mem> {
+        let unloaded = FakeEmbedder::new(None, self.clock.clone());
+        self.pipeline_with(
+            Config::default(),
+            self.local.clone(),
+            unloaded,
+            self.backend.clone(),
+        )
+    }
+
     fn pipeline_with(
         &self,
         cfg: Config,
@@ -179,13 +190,7 @@ fn resolve_many_answers_in_order_and_one_failure_fails_only_its_text() {
 #[test]
 fn engine_not_loaded_or_failing_falls_back_to_the_backend() {
     let rig = Rig::new();
-    let unloaded = FakeEmbedder::new(None, rig.clock.clone());
-    let p = rig.pipeline_with(
-        Config::default(),
-        rig.local.clone(),
-        unloaded,
-        rig.backend.clone(),
-    );
+    let p = rig.backend_only();
     let r = rig.clock.run(p.resolve("a", Some(MODEL), "")).unwrap();
     assert_eq!(r.source, ResultSource::Backend);
 
@@ -1166,13 +1171,7 @@ fn a_cut_text_the_engine_cannot_count_goes_to_the_backend_with_its_limit() {
 fn a_caller_s_trace_is_continued_by_each_text_s_requests() {
     use ternflow_core::trace::TraceParent;
     let rig = Rig::new();
-    let unloaded = FakeEmbedder::new(None, rig.clock.clone());
-    let p = rig.pipeline_with(
-        Config::default(),
-        rig.local.clone(),
-        unloaded,
-        rig.backend.clone(),
-    );
+    let p = rig.backend_only();
     let page = TraceParent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
     let texts = vec!["traced one".to_owned(), "traced two".to_owned()];
     let options = ResolveOptions {
