@@ -103,6 +103,30 @@ async fn redis_killed_and_restarted_loses_nothing() {
     let r = call(&app, "GET", "/v1/stats", Some(ADMIN), None).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(r.headers.contains_key("retry-after"));
+    // `/metrics` still answers, well inside a scrape's timeout (the store's own is 5 s): the
+    // queue's gauges left out, everything else there and the store's failures counted, so the
+    // store alerts can fire instead of the server looking down.
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        let r = call(&app, "GET", "/metrics", Some(ADMIN), None).await;
+        let took = t.elapsed();
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        assert!(took < Duration::from_secs(2), "/metrics took {took:?}");
+        assert!(!r.text.contains("ternflow_queue_ready"), "{}", r.text);
+        assert!(
+            r.text.contains("ternflow_jobs_acked_total 5\n"),
+            "{}",
+            r.text
+        );
+    }
+    let r = call(&app, "GET", "/metrics", Some(ADMIN), None).await;
+    let depth_errors: f64 = r
+        .text
+        .lines()
+        .find_map(|l| l.strip_prefix("ternflow_store_op_errors_total{op=\"depth\"} "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    assert!(depth_errors >= 3.0, "{}", r.text);
     redis.restart();
 
     // Leases survived: the in-flight jobs are acked with their original tokens.

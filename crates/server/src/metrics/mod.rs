@@ -279,30 +279,33 @@ impl Metrics {
         self.families.dead_lettered(code, n);
     }
 
-    /// Prometheus text exposition.
-    pub fn render(&self, depth: QueueDepth, locks_held: u64, now_ms: u64) -> String {
+    /// Prometheus text exposition. `depth` is `None` when the store could not say in time: the
+    /// queue's four gauges are then left out (absent, not zero) and everything else is there.
+    pub fn render(&self, depth: Option<QueueDepth>, locks_held: u64, now_ms: u64) -> String {
         let mut out = String::with_capacity(4_096);
         let mut gauge = |name: &str, help: &str, v: f64| {
             let _ = writeln!(out, "# HELP ternflow_{name} {help}");
             let _ = writeln!(out, "# TYPE ternflow_{name} gauge");
             let _ = writeln!(out, "ternflow_{name} {v}");
         };
-        gauge("queue_ready", "Jobs ready to claim.", depth.ready as f64);
-        gauge(
-            "queue_delayed",
-            "Jobs waiting for a delay or backoff.",
-            depth.delayed as f64,
-        );
-        gauge(
-            "jobs_in_flight",
-            "Jobs leased to workers.",
-            depth.leased as f64,
-        );
-        gauge(
-            "dead_letters",
-            "Jobs in the dead-letter queue.",
-            depth.dead as f64,
-        );
+        if let Some(depth) = depth {
+            gauge("queue_ready", "Jobs ready to claim.", depth.ready as f64);
+            gauge(
+                "queue_delayed",
+                "Jobs waiting for a delay or backoff.",
+                depth.delayed as f64,
+            );
+            gauge(
+                "jobs_in_flight",
+                "Jobs leased to workers.",
+                depth.leased as f64,
+            );
+            gauge(
+                "dead_letters",
+                "Jobs in the dead-letter queue.",
+                depth.dead as f64,
+            );
+        }
         gauge(
             "locks_held",
             "Locks granted and not yet released or expired.",
@@ -398,15 +401,21 @@ mod tests {
         m.add(|c| &c.jobs_acked, 3);
         m.observe_embed(3.0);
         let text = m.render(
-            QueueDepth {
+            Some(QueueDepth {
                 ready: 4,
                 ..Default::default()
-            },
+            }),
             1,
             0,
         );
         assert!(text.contains("ternflow_queue_ready 4\n"));
         assert!(text.contains("ternflow_jobs_acked_total 3\n"));
+        // A store that could not say: the queue's gauges are absent, the rest is there.
+        let blind = m.render(None, 1, 0);
+        assert!(!blind.contains("ternflow_queue_ready"), "{blind}");
+        assert!(!blind.contains("ternflow_dead_letters"), "{blind}");
+        assert!(blind.contains("ternflow_jobs_acked_total 3\n"));
+        assert!(blind.contains("ternflow_locks_held 1\n"));
         assert!(text.contains("ternflow_embed_latency_seconds_bucket{le=\"0.005\"} 1\n"));
         assert!(text.contains("ternflow_embed_latency_seconds_bucket{le=\"0.002\"} 0\n"));
     }
@@ -424,7 +433,7 @@ mod tests {
         assert_eq!(counts.iter().sum::<u64>(), 2);
         assert_eq!(counts[0], 1, "4 ms is in the first bucket (≤ 5 ms)");
         assert_eq!(counts[7], 1, "400 ms is in the ≤ 500 ms bucket");
-        let text = m.render(QueueDepth::default(), 0, 2_000);
+        let text = m.render(Some(QueueDepth::default()), 0, 2_000);
         assert!(text.contains("ternflow_jobs_acked_by_source_total{source=\"local\"} 1\n"));
         assert!(text.contains("ternflow_job_latency_seconds_bucket{le=\"0.5\"} 2\n"));
         assert!(

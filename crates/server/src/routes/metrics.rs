@@ -139,12 +139,42 @@ pub(crate) fn quota_list(q: &Quotas) -> [(&'static str, u64); 4] {
     ]
 }
 
+/// The longest `/metrics` waits for the store's queue depth. A scrape must answer while the
+/// store is down or slow (Prometheus' scrape timeout is 10 s by default, and as short as the
+/// interval when that is shorter): past this the page goes out without the queue's gauges,
+/// with the store's failures in `ternflow_store_op_errors_total`, so the store alerts can fire
+/// instead of the server looking down.
+const DEPTH_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The queue's depth, or `None` when the store fails or takes longer than [`DEPTH_DEADLINE`]
+/// (a timeout is counted as a failed `depth`: the timed store never saw it end).
+async fn depth_in_time(state: &Ctx, now: u64) -> Option<QueueDepth> {
+    match tokio::time::timeout(DEPTH_DEADLINE, state.store.depth(now)).await {
+        Ok(Ok(depth)) => Some(depth),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "/metrics: the queue's depth is left out");
+            None
+        }
+        Err(_) => {
+            state
+                .metrics
+                .families
+                .store_op("depth", DEPTH_DEADLINE.as_secs_f64(), false);
+            tracing::warn!(
+                deadline_ms = DEPTH_DEADLINE.as_millis() as u64,
+                "/metrics: the store did not give the queue's depth in time; it is left out"
+            );
+            None
+        }
+    }
+}
+
 pub(crate) async fn prometheus(
     state: Ctx,
     Extension(caller): Extension<Identity>,
 ) -> Result<impl IntoResponse> {
     let now = state.now();
-    let depth = state.store.depth(now).await?;
+    let depth = depth_in_time(&state, now).await;
     let mut text = String::with_capacity(4_096);
     if caller.is_operator() {
         text = state.metrics.render(depth, state.locks_held(), now);
@@ -176,7 +206,7 @@ pub(crate) async fn prometheus(
                 name: &state.tenant,
                 usage: &state.usage,
                 quotas: (&*state.tenant != DEFAULT_TENANT).then(|| quotas(&state)),
-                depth: Some(depth),
+                depth,
             }],
         );
     }

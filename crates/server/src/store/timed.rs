@@ -319,7 +319,7 @@ mod tests {
         store.depth(0).await.unwrap();
         store.depth(0).await.unwrap();
         store.cache_get("k", 0).await.unwrap();
-        let text = metrics.render(QueueDepth::default(), 0, 0);
+        let text = metrics.render(Some(QueueDepth::default()), 0, 0);
         assert!(
             text.contains("ternflow_store_op_duration_seconds_count{op=\"depth\"} 2\n"),
             "{text}"
