@@ -29,6 +29,18 @@ thread_local! {
     /// Whether the page paused the queue loop: kept here, so a pause holds across the
     /// pipelines that `stop()` and `start()` replace.
     static PAUSED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The page's session for the worker's claims: kept here, so it holds across the
+    /// pipelines that `stop()` and `start()` replace.
+    static SESSION: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Names `session` in the queue loop's claims, now and for every later start until the page
+/// gives another.
+pub(crate) fn set_session(session: Option<String>) {
+    SESSION.with(|c| c.replace(session.clone()));
+    if let Ok(p) = pipeline() {
+        p.adapters.source.set_session(session);
+    }
 }
 
 /// Pauses (no new claims; jobs in hand finish) or resumes the queue loop, now and for every
@@ -70,13 +82,19 @@ pub(crate) async fn start(
     }
     p.cpu.set_share(cpu_share.unwrap_or(1.0));
     p.pause.set(PAUSED.with(|c| c.get()));
+    p.adapters
+        .source
+        .set_session(SESSION.with(|c| c.borrow().clone()));
     let inval = Rc::downgrade(&p);
     let client = p.adapters.source.clone();
     let token: Rc<dyn Fn() -> String> = Rc::new(move || client.token());
+    let client = p.adapters.source.clone();
+    let session: Rc<dyn Fn() -> Option<String>> = Rc::new(move || client.session());
     let resync = inval.clone();
     let wake = Rc::new(SseWakeups::open(
         &base,
         token,
+        session,
         move |keys| {
             if let Some(p) = inval.upgrade() {
                 wasm_bindgen_futures::spawn_local(async move { p.invalidate(&keys).await });

@@ -31,10 +31,13 @@ impl SseWakeups {
     /// Opens `{base}/v1/events` with the token `token()` returns (asked again at every
     /// reconnect, and the stream reopened when it changed, so a renewed token is used);
     /// `on_invalidate` receives the keys of every `invalidate` event, `on_reset` is called at
-    /// every `reset` event.
+    /// every `reset` event. `session()` names the worker's session (`?session=`, asked again
+    /// the same way): while the stream is open the server knows the worker is there, and when
+    /// it drops for good the server hands the session's leases back.
     pub fn open(
         base: &str,
         token: Rc<dyn Fn() -> String>,
+        session: Rc<dyn Fn() -> Option<String>>,
         on_invalidate: impl Fn(Vec<String>) + 'static,
         on_reset: impl Fn() + 'static,
     ) -> Self {
@@ -44,6 +47,7 @@ impl SseWakeups {
         wasm_bindgen_futures::spawn_local(pump(
             base,
             token,
+            session,
             tx,
             Handlers {
                 invalidate: Rc::new(on_invalidate),
@@ -78,6 +82,7 @@ struct Handlers {
 async fn pump(
     base: String,
     token: Rc<dyn Fn() -> String>,
+    session: Rc<dyn Fn() -> Option<String>>,
     tx: mpsc::UnboundedSender<u64>,
     on: Handlers,
     closed: Rc<Cell<bool>>,
@@ -85,10 +90,15 @@ async fn pump(
     let mut last_id = String::new();
     while !closed.get() {
         let opened_with = token();
-        let url = format!(
+        let opened_for = session();
+        let mut url = format!(
             "{base}/v1/events?token={}",
             String::from(js_sys::encode_uri_component(&opened_with))
         );
+        if let Some(s) = &opened_for {
+            url.push_str("&session=");
+            url.push_str(&String::from(js_sys::encode_uri_component(s)));
+        }
         let full = if last_id.is_empty() {
             url.clone()
         } else {
@@ -127,8 +137,8 @@ async fn pump(
                     } else if let Ok(e) = serde_json::from_str::<InvalidateEvent>(&data) {
                         (on.invalidate)(e.keys);
                     }
-                    if token() != opened_with {
-                        break; // renewed: reopen with the new token (and Last-Event-ID)
+                    if token() != opened_with || session() != opened_for {
+                        break; // renewed: reopen with the new token or session (and Last-Event-ID)
                     }
                 }
             }

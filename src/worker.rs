@@ -41,6 +41,7 @@ pub async fn handle(data: JsValue) -> JsValue {
                 cancel::cancel(target);
             }
             ToWorker::Pause { paused } => crate::queue_run::pause(paused),
+            ToWorker::Session { session } => crate::queue_run::set_session(Some(session)),
             _ => {}
         }
         return JsValue::NULL;
@@ -256,7 +257,11 @@ async fn dispatch(msg: ToWorker) -> Result<FromWorker, WorkerError> {
             id,
             concurrency,
             cpu_share,
+            session,
         } => {
+            if session.is_some() {
+                crate::queue_run::set_session(session);
+            }
             start(concurrency, cpu_share).await?;
             Ok(FromWorker::Started { id })
         }
@@ -268,9 +273,9 @@ async fn dispatch(msg: ToWorker) -> Result<FromWorker, WorkerError> {
             apply_token(&token);
             Ok(FromWorker::TokenUpdated { id })
         }
-        ToWorker::Cancel { .. } | ToWorker::Pause { .. } => Err(WorkerError::BadMessage(
-            "a cancel or pause has no reply".into(),
-        )),
+        ToWorker::Cancel { .. } | ToWorker::Pause { .. } | ToWorker::Session { .. } => Err(
+            WorkerError::BadMessage("a cancel, pause or session has no reply".into()),
+        ),
         ToWorker::Stats { id } => {
             let p = pipeline()?;
             update_gauges(&p);

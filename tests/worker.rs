@@ -196,8 +196,13 @@ async fn run_until(
     mut done: impl FnMut() -> futures_util::future::LocalBoxFuture<'static, bool>,
 ) {
     let tok = server().token;
-    let wake =
-        ternflow::sse::SseWakeups::open(&server().url, Rc::new(move || tok.clone()), |_| {}, || {});
+    let wake = ternflow::sse::SseWakeups::open(
+        &server().url,
+        Rc::new(move || tok.clone()),
+        Rc::new(|| None),
+        |_| {},
+        || {},
+    );
     let stopper = async {
         for _ in 0..300 {
             if done().await {
@@ -772,7 +777,8 @@ async fn an_expiring_token_is_renewed_mid_queue_without_losing_or_repeating_a_jo
     }));
     let client = p.adapters.source.clone();
     let token: Rc<dyn Fn() -> String> = Rc::new(move || client.token());
-    let wake = ternflow::sse::SseWakeups::open(&server().url, token, |_| {}, || {});
+    let wake =
+        ternflow::sse::SseWakeups::open(&server().url, token, Rc::new(|| None), |_| {}, || {});
     let worker_token = {
         let c = p.adapters.source.clone();
         move || c.token()

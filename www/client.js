@@ -50,6 +50,8 @@ export class EmbeddingWorker extends EventTarget {
   #leases = new Map();
   #leaving = null;
   #primed = 0;
+  /** The id of the queue loop's run, named in its claims; `ended` once a hand-back ended it. */
+  #session = null;
   /** Why queue mode is paused: `hidden`, `save-data`, `battery`, `paused`. */
   #pausedFor = new Set();
   #pausedSent = false;
@@ -286,7 +288,9 @@ export class EmbeddingWorker extends EventTarget {
     this.#watchLeaving();
     this.#primeHandBack();
     this.#watchDevice({ pauseWhenHidden, pauseOnSaveData, pauseOnBatteryBelow });
-    await this.#request({ type: "start", concurrency: concurrency ?? null, cpuShare: budget ?? null }, { signal, what: "start" });
+    this.#session = { id: newSession(), ended: false };
+    await this.#request({ type: "start", concurrency: concurrency ?? null, cpuShare: budget ?? null,
+      session: this.#session.id }, { signal, what: "start" });
     signal?.addEventListener("abort", () => this.stop().catch(() => {}), { once: true });
   }
 
@@ -360,6 +364,15 @@ export class EmbeddingWorker extends EventTarget {
     this.#leaving = () => this.#handBack();
     globalThis.addEventListener("pagehide", this.#leaving);
     globalThis.document?.addEventListener?.("freeze", this.#leaving);
+    // Back from the back-forward cache, or a frozen tab resumed: the hand-back ended the run's
+    // session, so the worker claims under a new one (the server refuses the old one's claims).
+    const back = () => {
+      if (!this.#session?.ended || this.#dead) return;
+      this.#session = { id: newSession(), ended: false };
+      this.#worker.postMessage({ type: "session", session: this.#session.id });
+    };
+    globalThis.addEventListener("pageshow", back);
+    globalThis.document?.addEventListener?.("resume", back);
   }
 
   /**
@@ -389,14 +402,22 @@ export class EmbeddingWorker extends EventTarget {
    */
   #handBack() {
     const server = this.#server;
-    if (!server?.url || this.#leases.size === 0) return;
+    const session = this.#session && !this.#session.ended ? this.#session : null;
+    if (!server?.url || (this.#leases.size === 0 && !session)) return;
     const url = server.url.replace(/\/+$/, "") + "/v1/jobs/release";
     const headers = { "content-type": "application/json" };
     if (server.token) headers.authorization = "Bearer " + server.token;
     // Keepalive bodies in flight share 64 KiB: leave room for the headers.
     let left = 60 * 1024, batch = [], size = 16;
+    // The first request also ends the run's session: the server hands back what the session
+    // claimed that this page has not heard of yet (a claim's answer reaches the page up to
+    // 50 ms after the worker, and a claim may still be on its way), and refuses its later
+    // claims.
+    let first = session?.id;
+    if (session) session.ended = true;
     const flush = () => {
-      const body = JSON.stringify({ leases: batch });
+      const body = JSON.stringify(first ? { leases: batch, session: first } : { leases: batch });
+      first = undefined;
       left -= body.length;
       fetch(url, { method: "POST", keepalive: true, headers, body }).catch(() => {});
       batch = [];
@@ -411,7 +432,7 @@ export class EmbeddingWorker extends EventTarget {
       batch.push({ id, token });
       size += n;
     }
-    if (batch.length) flush();
+    if (batch.length || first) flush();
     this.#leases.clear();
   }
 
@@ -433,6 +454,12 @@ export class EmbeddingWorker extends EventTarget {
     this.#handBack();
     this.#fail(new TernflowError("terminated", "the worker was terminated"));
   }
+}
+
+/** A worker session id: 128 random bits in hex (`crypto.randomUUID` needs a secure context). */
+function newSession() {
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
 }
 
 function normaliseServer(server, token) {

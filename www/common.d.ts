@@ -30,6 +30,8 @@ export type TernflowErrorCode =
   | "bad_k"
   /** A worker name is malformed. */
   | "bad_worker"
+  /** A worker session id is malformed. */
+  | "bad_session"
   /** A vector is not base64 little-endian `f32`, or has the wrong length. */
   | "bad_vector"
   /** A fence that is not the live lock's. */
@@ -70,6 +72,8 @@ export type TernflowErrorCode =
   | "method_not_allowed"
   /** The lease is no longer this caller's. */
   | "lease_lost"
+  /** A claim under a worker session that its page's hand-back ended; the worker needs a new session. */
+  | "session_ended"
   /** A lock someone else holds. */
   | "lock_held"
   /** A lock that is no longer the caller's. */

@@ -16,16 +16,28 @@ export async function serve(token) {
   const dir = mkdtempSync(join(tmpdir(), "ternflow-leaving-"));
   const port = await freePort();
   const proc = spawn(BIN, ["serve", "--addr", `127.0.0.1:${port}`, "--data-dir", join(dir, "data"),
-    "--model", MODEL, "--insecure-dev-token", token, "--cors-allow-localhost"], { stdio: ["ignore", "ignore", "pipe"] });
-  let log = "";
-  proc.stderr.on("data", (d) => { log = (log + d).slice(-4000); });
+    "--model", MODEL, "--insecure-dev-token", token, "--cors-allow-localhost"],
+    { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, RUST_LOG: "info,tower_http=debug,ternflow_server::routes=debug" } });
+  let log = "", partial = "";
+  // What a test may print when it fails: the answers to the hand-back requests.
+  const releases = [];
+  proc.stderr.on("data", (d) => {
+    log = (log + d).slice(-4000);
+    const lines = (partial + d).split("\n");
+    partial = lines.pop();
+    for (const l of lines) {
+      const answer = l.includes("/v1/jobs/release") && l.includes("processing request");
+      const ended = l.includes("a worker session ended") || l.includes("a worker session's stream dropped");
+      if ((answer || ended) && releases.length < 200) releases.push(l);
+    }
+  });
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; ; i++) {
     try { if ((await fetch(url + "/healthz")).ok) break; } catch { /* not yet */ }
     if (i > 100) throw new Error(`ternflow serve did not start: ${log}`);
     await sleep(100);
   }
-  return { url, dir, stop: () => { proc.kill(); rmSync(dir, { recursive: true, force: true }); } };
+  return { url, dir, releases, stop: () => { proc.kill(); rmSync(dir, { recursive: true, force: true }); } };
 }
 
 /** A page with one EmbeddingWorker in queue mode on `server`. */

@@ -104,6 +104,7 @@ impl ReleaseBatchRequest {
     pub fn from_pairs(leases: &[(String, String)]) -> Self {
         ReleaseBatchRequest {
             leases: lease_refs(leases),
+            session: None,
         }
     }
 }

@@ -61,6 +61,8 @@ codes! {
     BadK = "bad_k",
     /// A worker name is malformed.
     BadWorker = "bad_worker",
+    /// A worker session id is malformed.
+    BadSession = "bad_session",
     /// A vector is not base64 little-endian `f32`, or has the wrong length.
     BadVector = "bad_vector",
     /// A fence that is not the live lock's.
@@ -101,6 +103,9 @@ codes! {
     MethodNotAllowed = "method_not_allowed",
     /// The lease is no longer this caller's.
     LeaseLost = "lease_lost",
+    /// A claim under a worker session that its page's hand-back ended; the worker needs a new
+    /// session.
+    SessionEnded = "session_ended",
     /// A lock someone else holds.
     LockHeld = "lock_held",
     /// A lock that is no longer the caller's.

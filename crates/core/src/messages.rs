@@ -112,6 +112,19 @@ pub enum ToWorker {
         /// absent or `1`: no budget). See `ternflow_core::cpu_budget`.
         #[serde(default, rename = "cpuShare")]
         cpu_share: Option<f64>,
+        /// The page's id for this run, named in every claim (`ClaimRequest::session`): the
+        /// page's hand-back when it goes away ends it, which hands back the claims the page
+        /// could not know of yet. Holds across `stop()` and `start()` until the page sends
+        /// another.
+        #[serde(default)]
+        session: Option<String>,
+    },
+    /// A new session for the worker's claims (no reply): the page's hand-back ended the old
+    /// one (`pagehide`, `freeze`) and the page is back (a back-forward cache restore, a
+    /// resumed tab).
+    Session {
+        /// The new session id.
+        session: String,
     },
     /// Pause (`paused: true`: no new claims, jobs in hand finish) or resume the queue loop; no
     /// reply. The page sends it when the tab is hidden or shown, the visitor asks to save data,
@@ -258,7 +271,7 @@ impl ToWorker {
             | ToWorker::Stop { id, .. }
             | ToWorker::Stats { id }
             | ToWorker::Token { id, .. } => Some(*id),
-            ToWorker::Cancel { .. } | ToWorker::Pause { .. } => None,
+            ToWorker::Cancel { .. } | ToWorker::Pause { .. } | ToWorker::Session { .. } => None,
         }
     }
 }

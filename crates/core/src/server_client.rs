@@ -175,6 +175,10 @@ struct Shared<T> {
     backend_model: RefCell<Option<String>>,
     /// The model this worker embeds with, named in claims (it fills in model-less jobs).
     claim_model: RefCell<Option<String>>,
+    /// The worker session named in claims (`ClaimRequest::session`), when its page gave one.
+    session: RefCell<Option<String>>,
+    /// How often this client renewed its session.
+    renewals: std::cell::Cell<u32>,
 }
 
 /// A client of one ternflow server as worker `worker`, over transport `T` (which it derefs
@@ -217,6 +221,8 @@ impl<T: Transport> ServerClient<T> {
                 worker: worker.to_owned(),
                 backend_model: RefCell::new(None),
                 claim_model: RefCell::new(None),
+                session: RefCell::new(None),
+                renewals: std::cell::Cell::new(0),
             }),
         }
     }
@@ -225,6 +231,31 @@ impl<T: Transport> ServerClient<T> {
     /// with it (the server's one rule for model-less jobs).
     pub fn set_claim_model(&self, model: Option<String>) {
         *self.shared.claim_model.borrow_mut() = model;
+    }
+
+    /// Names `session` in this worker's claims (its page's id for the run, which the page's
+    /// hand-back ends when it goes away); `None`: claims name none.
+    pub fn set_session(&self, session: Option<String>) {
+        *self.shared.session.borrow_mut() = session;
+    }
+
+    /// The session named in claims, if any (the event stream names it too).
+    pub fn session(&self) -> Option<String> {
+        self.shared.session.borrow().clone()
+    }
+
+    /// A claim was refused `session_ended` while this worker runs on (its stream dropped for
+    /// longer than the server waits, or a back-forward cache restore): later claims go under a
+    /// new session, `<id>-<n>` (unique per session owner, which is all the server asks).
+    fn renew_session(&self) {
+        let mut s = self.shared.session.borrow_mut();
+        if let Some(old) = s.as_deref() {
+            let base = old.split_once('-').map_or(old, |(base, _)| base);
+            let base: String = base.chars().take(48).collect();
+            let n = self.shared.renewals.get().wrapping_add(1);
+            self.shared.renewals.set(n);
+            *s = Some(format!("{base}-{n}"));
+        }
     }
 
     async fn send<B: Serialize>(
@@ -265,11 +296,18 @@ impl<T: Transport> JobSource for ServerClient<T> {
             max,
             wait_ms,
             model_id: self.shared.claim_model.borrow().clone(),
+            session: self.shared.session.borrow().clone(),
         };
         let a = self
             .send(Verb::Post, "/v1/jobs/claim", Some(&body), "", wait_ms)
             .await?;
-        Ok(a.expect::<ClaimResponse>(None)?.jobs)
+        let jobs = a.expect::<ClaimResponse>(None);
+        if let Err(Error::Http { code, .. }) = &jobs {
+            if code == crate::ErrorCode::SessionEnded.as_str() {
+                self.renew_session();
+            }
+        }
+        Ok(jobs?.jobs)
     }
 
     async fn heartbeat(&self, job_id: &str, token: &str, trace: &str) -> Result<Lease> {
@@ -561,6 +599,28 @@ mod tests {
         ));
         // Releasing a lock that expired and was taken over is not an error.
         block_on(Locks::release(&c, "k", "t", "")).unwrap();
+    }
+
+    #[test]
+    fn a_claim_refused_for_an_ended_session_goes_on_under_a_new_one() {
+        let ended = r#"{"error":{"code":"session_ended","message":"ended"}}"#;
+        let c = client(vec![answer(409, ended), answer(409, ended)]);
+        c.set_session(Some("abc123".into()));
+        assert!(matches!(
+            block_on(c.claim(1, 0)),
+            Err(Error::Http { status: 409, code, .. }) if code == "session_ended"
+        ));
+        assert_eq!(c.session().as_deref(), Some("abc123-1"));
+        assert!(block_on(c.claim(1, 0)).is_err());
+        assert_eq!(
+            c.session().as_deref(),
+            Some("abc123-2"),
+            "one base, a new number"
+        );
+        // Without a session there is nothing to renew.
+        let c = client(vec![answer(409, ended)]);
+        assert!(block_on(c.claim(1, 0)).is_err());
+        assert_eq!(c.session(), None);
     }
 
     #[test]

@@ -24,6 +24,8 @@
 //!   in how long it holds one key.
 //! - `deliveries`: the job deliveries this server traces (a span per delivery, the worker's
 //!   reported steps under it), while spans are exported.
+//! - `sessions`: browser workers' sessions, so a page going away hands back the claims it cannot
+//!   know of yet and its worker's later claims are refused.
 //! - `granted_locks`: the locks this server granted and that were not released, of every
 //!   tenant (held and leaked figures, what an operator lists and breaks).
 //! - `serve`: [`run`], the accept loop (header timeout, connection bound, shutdown deadline).
@@ -73,6 +75,7 @@ mod routes;
 pub mod search;
 pub mod series;
 mod serve;
+mod sessions;
 pub mod sse;
 pub mod state;
 pub mod store;

@@ -73,6 +73,8 @@ pub struct Shared {
     pub(crate) locks: Arc<crate::granted_locks::GrantedLocks>,
     /// The job deliveries this server traces (`crate::deliveries`).
     pub(crate) deliveries: Arc<crate::deliveries::Deliveries>,
+    /// Browser workers' sessions and their latest claims (`crate::sessions`).
+    pub(crate) sessions: Arc<crate::sessions::Sessions>,
     shutdown: Arc<watch::Sender<bool>>,
 }
 
@@ -133,6 +135,7 @@ impl AppState {
             model_file: None,
             locks: Arc::default(),
             deliveries: Arc::default(),
+            sessions: Arc::default(),
             shutdown: Arc::new(shutdown),
         }))
     }

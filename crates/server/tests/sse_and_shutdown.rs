@@ -393,3 +393,104 @@ async fn producers_hear_finished_jobs_and_workers_do_not() {
     srv.stop.take().unwrap().send(()).unwrap();
     srv.done.await.unwrap().unwrap();
 }
+
+/// A browser worker's session lives as long as its event stream: when the stream drops (the
+/// tab closed and took the worker with it, whether or not its page's hand-back got out) and no
+/// other opens within `GONE_AFTER_MS` (750 ms), the session's leases are handed back and its
+/// claims refused. A reconnect in time keeps it; a session without a stream is left to its
+/// leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_stream_drops_for_good_hands_its_leases_back() {
+    let mut srv = start().await;
+    let http = reqwest::Client::new();
+    let b = srv.base.clone();
+    let jobs: Vec<_> = (0..4)
+        .map(|i| json!({"id": format!("g{i}"), "text": format!("gone {i}")}))
+        .collect();
+    let r = http
+        .post(format!("{b}/v1/jobs"))
+        .bearer_auth(PRODUCER)
+        .json(&json!({ "jobs": jobs }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let claim = |session: &'static str, max: u32| {
+        let (http, b) = (http.clone(), b.clone());
+        async move {
+            http.post(format!("{b}/v1/jobs/claim"))
+                .bearer_auth(WORKER)
+                .json(&json!({"worker": "tab", "max": max, "session": session}))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let state_of = |id: &'static str| {
+        let (http, b) = (http.clone(), b.clone());
+        async move {
+            let r: serde_json::Value = http
+                .get(format!("{b}/v1/jobs/{id}"))
+                .bearer_auth(WORKER)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            r["state"].as_str().unwrap().to_owned()
+        }
+    };
+    let stream = || {
+        http.get(format!("{b}/v1/events?token={WORKER}&session=tab-1"))
+            .send()
+    };
+    let mut first = stream().await.unwrap().bytes_stream();
+    let mut hello = String::new();
+    while !hello.contains("\n\n") {
+        let chunk = first.next().await.unwrap().unwrap();
+        hello.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    assert!(
+        hello.contains("retry: 250"),
+        "the stream asks for a quick reconnect: {hello}"
+    );
+    let r = claim("tab-1", 2).await;
+    assert_eq!(r.status(), 200);
+    let held: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(held["jobs"].as_array().unwrap().len(), 2);
+    // A session that never opened a stream: nothing watches it.
+    assert_eq!(claim("tab-2", 1).await.status(), 200);
+
+    // A reconnect: the new stream opens before the old one's drop is 750 ms old.
+    let second = stream().await.unwrap();
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    for id in ["g0", "g1"] {
+        assert_eq!(state_of(id).await, "leased", "{id}: the session lives on");
+    }
+    // The tab closes: the stream drops and nothing reconnects.
+    drop(second);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let t0 = tokio::time::Instant::now();
+    while state_of("g0").await != "queued" || state_of("g1").await != "queued" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the leases were not handed back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let freed = t0.elapsed();
+    assert!(
+        freed >= Duration::from_millis(700),
+        "handed back after {freed:?}: too soon"
+    );
+    let r = claim("tab-1", 4).await;
+    assert_eq!(r.status(), 409);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "session_ended");
+    assert_eq!(state_of("g2").await, "leased", "tab-2's lease is its own");
+
+    srv.stop.take().unwrap().send(()).unwrap();
+    srv.done.await.unwrap().unwrap();
+}

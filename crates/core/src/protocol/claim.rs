@@ -29,6 +29,12 @@ pub struct ClaimRequest {
     /// its cache key name the model that really produced the vector.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_id: Option<String>,
+    /// The worker's session: a random id (1–64 characters of `[A-Za-z0-9_-]`) its page picked
+    /// for this run. A release naming it ([`ReleaseBatchRequest::session`]) also hands back what
+    /// the session claimed that the page could not know of yet, and the session's later claims
+    /// are refused (`session_ended`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 /// A lease on a job: proof of ownership until `expires_at`.
@@ -160,8 +166,15 @@ pub struct ReleaseRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ReleaseBatchRequest {
-    /// The leases, each answered on its own.
+    /// The leases, each answered on its own (may be empty when `session` is given).
+    #[serde(default)]
     pub leases: Vec<LeaseRef>,
+    /// Ends this worker session ([`ClaimRequest::session`]) of the caller's: every lease it
+    /// holds through this server is handed back too (a page learns of a claim only after it
+    /// landed, and one may still be on its way at the close), and its later claims are refused
+    /// with `session_ended`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 /// What a release did to its job.
@@ -195,4 +208,8 @@ pub struct ReleaseItem {
 pub struct ReleaseBatchResponse {
     /// One answer per lease, in order.
     pub results: Vec<ReleaseItem>,
+    /// The leases the session's end handed back that `leases` did not name (empty without a
+    /// session; ones already finished are left out).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub from_session: Vec<ReleaseItem>,
 }

@@ -66,6 +66,7 @@ pub(crate) async fn fail(
     };
     if let Some(ending) = ending {
         let sub = caller.map_or("", |c| &*c.sub);
+        state.sessions.finished(&state.tenant, id);
         state.deliveries.end(&state.tenant, id, ending, None, sub);
     }
     Ok(outcome)

@@ -73,6 +73,7 @@ pub async fn finish(
     let results = finish_acks(state, writer, acks).await?;
     for (r, timing) in results.iter().zip(&timings) {
         if matches!(r.outcome, AckItemOutcome::Done | AckItemOutcome::Pending) {
+            state.sessions.finished(&state.tenant, &r.id);
             state.deliveries.end(
                 &state.tenant,
                 &r.id,

@@ -28,6 +28,7 @@ use crate::queue::describe::describe;
 use crate::queue::fail::fail;
 use crate::queue::finish::finish;
 use crate::queue::{lease_lost, lost_or_missing, publish_depth, publish_finished, valid_id};
+use crate::sessions::Claimed;
 use crate::store::{JobRecord, Released, PRIORITY_RANGE};
 use crate::tenants::Ctx;
 use ternflow_core::ErrorCode;
@@ -195,6 +196,16 @@ pub(crate) async fn claim(
             format!("max must be within 1..={}", cfg.max_claim),
         ));
     }
+    let owner = caller.as_ref().map_or("", |Extension(c)| &*c.sub);
+    if let Some(session) = &req.session {
+        valid_session(session)?;
+        if state
+            .sessions
+            .is_ended(&state.tenant, session, owner, state.now())
+        {
+            return Err(session_ended());
+        }
+    }
     let wait = Duration::from_millis(req.wait_ms.min(cfg.max_wait_ms));
     let _waiting = (!wait.is_zero()).then(|| state.metrics.families.long_poll());
     let jobs = claim_waiting(
@@ -207,7 +218,52 @@ pub(crate) async fn claim(
         caller_is_admin,
     )
     .await?;
+    if let Some(session) = &req.session {
+        let held = jobs
+            .iter()
+            .filter(|j| !j.resolved)
+            .map(|j| (j.id.clone(), j.lease.token.clone()));
+        let now = state.now();
+        if state
+            .sessions
+            .claimed(&state.tenant, session, owner, held, now)
+            == Claimed::Ended
+        {
+            // The page ended the session while this claim was on its way: nobody will work
+            // these, so they go back now, not after their leases.
+            let leases: Vec<_> = jobs
+                .into_iter()
+                .filter(|j| !j.resolved)
+                .map(|j| (j.id, j.lease.token))
+                .collect();
+            release_all(state, leases).await?;
+            return Err(session_ended());
+        }
+    }
     Ok(Json(ClaimResponse { jobs }))
+}
+
+/// A worker session id: 1–64 characters of `[A-Za-z0-9_-]`.
+pub(crate) fn valid_session(session: &str) -> Result<()> {
+    let ok = (1..=64).contains(&session.len())
+        && session
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::bad_request(
+            ErrorCode::BadSession,
+            "session must be 1–64 characters of [A-Za-z0-9_-]",
+        ))
+    }
+}
+
+fn session_ended() -> Error {
+    Error::conflict(
+        ErrorCode::SessionEnded,
+        "this worker session was ended by its page's hand-back: claim under a new one",
+    )
 }
 
 pub(crate) async fn heartbeat(
@@ -284,7 +340,8 @@ pub(crate) async fn ack(
     valid_id(&id)?;
     let writer = crate::integrity::Writer::of(&caller, req.worker.as_deref());
     let item = AckItem { id, ack: req };
-    let r = finish(&state, &writer, vec![item])
+    let finishing = state.clone();
+    let r = to_the_end(async move { finish(&finishing, &writer, vec![item]).await })
         .await?
         .pop()
         .ok_or_else(|| Error::Unavailable("no answer for the ack".to_owned()))?;
@@ -369,13 +426,29 @@ pub(crate) async fn ack_batch(
     let mut results = if decoded.is_empty() {
         Vec::new()
     } else {
-        finish(&state, &writer, decoded).await?
+        to_the_end(async move { finish(&state, &writer, decoded).await }).await?
     };
     // Back in request order.
     for (i, r) in undecodable {
         results.insert(i.min(results.len()), r);
     }
     Ok(Json(AckBatchResponse { results }))
+}
+
+/// Runs `work` to its end even when the request is dropped: a worker's page that closes while
+/// its acks are on their way cuts the connection, and axum then drops the handler — after the
+/// store took the acks, before their counts, cache writes and events (seen as 32 jobs done
+/// with no `jobs_acked` in tests/e2e/leaving.test.mjs). Its own task, in the request's span.
+async fn to_the_end<T: Send + 'static>(
+    work: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    use tracing::Instrument as _;
+    match tokio::spawn(work.instrument(tracing::Span::current())).await {
+        Ok(r) => r,
+        Err(e) => Err(Error::Unavailable(format!(
+            "the request did not finish: {e}"
+        ))),
+    }
 }
 
 /// `POST /v1/jobs/{id}/release`: a stopping worker hands the lease back; the job is ready again
@@ -405,9 +478,10 @@ pub(crate) async fn release(
 /// sends for every lease it holds.
 pub(crate) async fn release_batch(
     state: Ctx,
+    caller: Option<Extension<Identity>>,
     Json(req): Json<ReleaseBatchRequest>,
 ) -> Result<Json<ReleaseBatchResponse>> {
-    if req.leases.is_empty() {
+    if req.leases.is_empty() && req.session.is_none() {
         return Err(Error::bad_request(ErrorCode::EmptyBatch, "no leases"));
     }
     if req.leases.len() > state.config.max_claim as usize {
@@ -419,32 +493,69 @@ pub(crate) async fn release_batch(
     for l in &req.leases {
         valid_id(&l.id)?;
     }
-    // Its own task: the sender is often a page that is gone (`keepalive`), and a connection
-    // dropped halfway must not leave half the leases held.
-    let done = tokio::spawn(async move {
-        let mut results = Vec::with_capacity(req.leases.len());
-        let mut dead = Vec::new();
-        for l in req.leases {
-            let outcome = release_one(&state, &l.id, &l.token).await?;
-            if outcome == ReleaseOutcome::Dead {
-                dead.push(l.id.clone());
-            }
-            results.push(ReleaseItem { id: l.id, outcome });
-        }
-        // A lease already finished or lost is not counted as lost here: a page that goes away
-        // while its last acks land sends some of those.
-        publish_finished(&state, Vec::new(), dead).await;
-        if results.iter().any(|r| r.outcome != ReleaseOutcome::Lost) {
-            publish_depth(&state).await;
-        }
-        Ok::<_, Error>(ReleaseBatchResponse { results })
-    });
-    match done.await {
-        Ok(r) => Ok(Json(r?)),
-        Err(e) => Err(Error::Unavailable(format!(
-            "the release did not finish: {e}"
-        ))),
+    if let Some(session) = &req.session {
+        valid_session(session)?;
     }
+    let owner = caller.map_or_else(String::new, |Extension(c)| c.sub.to_string());
+    // To the end: the sender is often a page that is gone (`keepalive`), and a connection
+    // dropped halfway must not leave half the leases held.
+    let done = to_the_end(async move {
+        let named: Vec<_> = req.leases.into_iter().map(|l| (l.id, l.token)).collect();
+        // The session's end first: a claim of its that lands from now on is handed back by
+        // the claim itself.
+        let from_session: Vec<_> = match &req.session {
+            Some(session) => {
+                let now = state.now();
+                let mut held = state.sessions.end(&state.tenant, session, &owner, now);
+                held.retain(|h| !named.contains(h));
+                held
+            }
+            None => Vec::new(),
+        };
+        let unnamed = from_session.len();
+        let results = release_all(state.clone(), named).await?;
+        let mut from_session = release_all(state, from_session).await?;
+        // What the page's list did not name and was finished meanwhile is not news.
+        from_session.retain(|r| r.outcome != ReleaseOutcome::Lost);
+        if let Some(session) = &req.session {
+            tracing::debug!(
+                session = %session,
+                named = results.len(),
+                unnamed,
+                handed_back = from_session.len(),
+                "a worker session ended"
+            );
+        }
+        Ok::<_, Error>(ReleaseBatchResponse {
+            results,
+            from_session,
+        })
+    });
+    Ok(Json(done.await?))
+}
+
+/// Hands back each of `leases` (`(job id, token)`), answered in order, and publishes what
+/// changed.
+pub(crate) async fn release_all(
+    state: Ctx,
+    leases: Vec<(String, String)>,
+) -> Result<Vec<ReleaseItem>> {
+    let mut results = Vec::with_capacity(leases.len());
+    let mut dead = Vec::new();
+    for (id, token) in leases {
+        let outcome = release_one(&state, &id, &token).await?;
+        if outcome == ReleaseOutcome::Dead {
+            dead.push(id.clone());
+        }
+        results.push(ReleaseItem { id, outcome });
+    }
+    // A lease already finished or lost is not counted as lost here: a page that goes away
+    // while its last acks land sends some of those.
+    publish_finished(&state, Vec::new(), dead).await;
+    if results.iter().any(|r| r.outcome != ReleaseOutcome::Lost) {
+        publish_depth(&state).await;
+    }
+    Ok(results)
 }
 
 /// Hands `id`'s lease back if `token` holds it, counted as the job's rules say (its first
@@ -472,6 +583,7 @@ async fn release_one(state: &Ctx, id: &str, token: &str) -> Result<ReleaseOutcom
     } else {
         crate::deliveries::Ending::Released
     };
+    state.sessions.finished(&state.tenant, id);
     state.deliveries.end(&state.tenant, id, ending, None, "");
     if outcome != ReleaseOutcome::Released {
         state.metrics.add(|c| &c.releases_counted, 1);
@@ -489,12 +601,18 @@ pub(crate) async fn nack(
     Json(req): Json<NackRequest>,
 ) -> Result<Json<NackResponse>> {
     valid_id(&id)?;
-    match fail(&state, caller.as_ref().map(|c| &c.0), &id, req).await? {
-        NackItemOutcome::Retry { available_at } => Ok(Json(NackResponse::Retry { available_at })),
-        NackItemOutcome::Dead => {
-            publish_finished(&state, Vec::new(), vec![id.clone()]).await;
-            Ok(Json(NackResponse::Dead))
+    let (failing, who, job) = (state.clone(), caller.map(|c| c.0), id.clone());
+    let outcome = to_the_end(async move {
+        let outcome = fail(&failing, who.as_ref(), &job, req).await?;
+        if outcome == NackItemOutcome::Dead {
+            publish_finished(&failing, Vec::new(), vec![job]).await;
         }
+        Ok(outcome)
+    })
+    .await?;
+    match outcome {
+        NackItemOutcome::Retry { available_at } => Ok(Json(NackResponse::Retry { available_at })),
+        NackItemOutcome::Dead => Ok(Json(NackResponse::Dead)),
         NackItemOutcome::Done => Ok(Json(NackResponse::Done)),
         NackItemOutcome::LeaseLost => Err(lease_lost(&state)),
         NackItemOutcome::Missing => Err(Error::no_job(&id)),
@@ -520,34 +638,40 @@ pub(crate) async fn nack_batch(
     for n in &req.nacks {
         valid_id(&n.id)?;
     }
-    let ids: Vec<String> = req.nacks.iter().map(|n| n.id.clone()).collect();
-    let caller = caller.as_ref().map(|c| &c.0);
-    let outcomes = futures_util::future::try_join_all(req.nacks.into_iter().map(|n| {
-        let state = &state;
-        async move { fail(state, caller, &n.id, n.nack).await }
-    }))
+    let caller = caller.map(|c| c.0);
+    // To the end, as an ack: nacks the store took are counted and published.
+    let answer = to_the_end(async move {
+        let ids: Vec<String> = req.nacks.iter().map(|n| n.id.clone()).collect();
+        let caller = caller.as_ref();
+        let outcomes = futures_util::future::try_join_all(req.nacks.into_iter().map(|n| {
+            let state = &state;
+            async move { fail(state, caller, &n.id, n.nack).await }
+        }))
+        .await?;
+        let dead: Vec<String> = ids
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, o)| matches!(o, NackItemOutcome::Dead))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let lost = outcomes
+            .iter()
+            .filter(|o| matches!(o, NackItemOutcome::LeaseLost))
+            .count();
+        if lost > 0 {
+            state.metrics.add(|c| &c.leases_lost, lost as u64);
+        }
+        publish_finished(&state, Vec::new(), dead).await;
+        Ok(NackBatchResponse {
+            results: ids
+                .into_iter()
+                .zip(outcomes)
+                .map(|(id, outcome)| NackItemResult { id, outcome })
+                .collect(),
+        })
+    })
     .await?;
-    let dead: Vec<String> = ids
-        .iter()
-        .zip(&outcomes)
-        .filter(|(_, o)| matches!(o, NackItemOutcome::Dead))
-        .map(|(id, _)| id.clone())
-        .collect();
-    let lost = outcomes
-        .iter()
-        .filter(|o| matches!(o, NackItemOutcome::LeaseLost))
-        .count();
-    if lost > 0 {
-        state.metrics.add(|c| &c.leases_lost, lost as u64);
-    }
-    publish_finished(&state, Vec::new(), dead).await;
-    Ok(Json(NackBatchResponse {
-        results: ids
-            .into_iter()
-            .zip(outcomes)
-            .map(|(id, outcome)| NackItemResult { id, outcome })
-            .collect(),
-    }))
+    Ok(Json(answer))
 }
 
 /// Most ids in one `POST /v1/jobs/status`.

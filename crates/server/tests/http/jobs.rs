@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use serde_json::{json, Value};
 use ternflow_server::{app, AppState, Config, MemoryStore};
 
-use crate::common::{call, lock_fence, state_with, Api, ADMIN, PRODUCER, WORKER};
+use crate::common::{call, lock_fence, state_with, Api, ADMIN, PRODUCER, WORKER, WORKER_B64};
 use crate::{ack_body, error_code, vector};
 
 #[tokio::test]
@@ -586,6 +586,160 @@ async fn a_batch_release_hands_each_held_lease_back_on_its_own() {
         )
         .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "workers only");
+}
+
+#[tokio::test]
+async fn a_sessions_end_hands_back_what_its_page_never_heard_of_and_refuses_its_claims() {
+    let (state, _) = state_with(Config::default());
+    let app = app(state);
+    let api = Api(app.clone());
+    let jobs: Vec<Value> = (0..6)
+        .map(|i| json!({"id": format!("s{i}"), "text": format!("text {i}")}))
+        .collect();
+    api.enqueue(json!({ "jobs": jobs })).await;
+    let claim = |token: &'static str, session: &'static str, max: u32, wait_ms: u64| {
+        let api = Api(app.clone());
+        async move {
+            api.post(
+                Some(token),
+                "/v1/jobs/claim",
+                json!({"worker": "w", "max": max, "wait_ms": wait_ms, "session": session}),
+            )
+            .await
+        }
+    };
+    let state_of = |id: &'static str| {
+        let api = Api(app.clone());
+        async move {
+            let r = api.get(Some(WORKER), &format!("/v1/jobs/{id}")).await;
+            r.json["state"].as_str().unwrap().to_owned()
+        }
+    };
+    let ids = |v: &Value| -> Vec<String> {
+        let mut ids: Vec<String> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let r = claim(WORKER, "page-1", 2, 0).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let first = r.json["jobs"].as_array().unwrap().clone();
+    let r = claim(WORKER, "page-1", 2, 0).await;
+    let second = r.json["jobs"].as_array().unwrap().clone();
+    assert_eq!((first.len(), second.len()), (2, 2));
+    // Another identity's worker: its session is its own.
+    let r = claim(WORKER_B64, "page-1", 1, 0).await;
+    assert_eq!(r.json["jobs"].as_array().unwrap().len(), 1, "{}", r.text);
+    let other = r.json["jobs"][0]["id"].as_str().unwrap().to_owned();
+
+    // The page heard of the first claim only; its hand-back names those and the session.
+    let named: Vec<Value> = first
+        .iter()
+        .map(|j| json!({"id": j["id"], "token": j["lease"]["token"]}))
+        .collect();
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/jobs/release",
+            json!({"leases": named, "session": "page-1"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(ids(&r.json["results"]), ids(&Value::Array(first.clone())));
+    assert_eq!(
+        ids(&r.json["from_session"]),
+        ids(&Value::Array(second.clone())),
+        "the claim the page never heard of is handed back too: {}",
+        r.text
+    );
+    for j in first.iter().chain(&second) {
+        let id = j["id"].as_str().unwrap().to_owned();
+        let id: &'static str = Box::leak(id.into_boxed_str());
+        assert_eq!(state_of(id).await, "queued", "{id} claimable again at once");
+    }
+    let other: &'static str = Box::leak(other.into_boxed_str());
+    assert_eq!(
+        state_of(other).await,
+        "leased",
+        "another identity's lease is kept"
+    );
+
+    // A claim under the ended session is refused, and takes nothing.
+    let r = claim(WORKER, "page-1", 6, 0).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+    assert_eq!(r.json["error"]["code"], "session_ended");
+    let depth = api.get(Some(ADMIN), "/v1/stats").await;
+    assert_eq!(depth.json["queue"]["ready"], 5, "{}", depth.text);
+    // The other identity's session of the same name goes on.
+    let r = claim(WORKER_B64, "page-1", 1, 0).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let again = r.json["jobs"][0].clone();
+
+    // A claim already waiting when its session ends hands back what it got. The other
+    // worker takes every ready job first, so the claim waits.
+    let r = claim(WORKER_B64, "page-1", 6, 0).await;
+    assert_eq!(r.json["jobs"].as_array().unwrap().len(), 4, "{}", r.text);
+    let waiting = tokio::spawn(claim(WORKER, "page-2", 6, 5_000));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let r = api
+        .post(
+            Some(WORKER),
+            "/v1/jobs/release",
+            json!({"session": "page-2"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["results"], json!([]));
+    // Now the waiting claim finds jobs (the other worker hands its one back), too late.
+    let r = api
+        .post(
+            Some(WORKER_B64),
+            "/v1/jobs/release",
+            json!({"leases": [{"id": again["id"], "token": again["lease"]["token"]}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = waiting.await.unwrap();
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+    assert_eq!(r.json["error"]["code"], "session_ended");
+    let depth = api.get(Some(ADMIN), "/v1/stats").await;
+    assert_eq!(
+        (
+            &depth.json["queue"]["ready"],
+            &depth.json["queue"]["leased"]
+        ),
+        (&json!(1), &json!(5)),
+        "the job the waiting claim got is ready again: {}",
+        depth.text
+    );
+
+    // Malformed sessions.
+    for bad in ["", "has space", &"x".repeat(65)] {
+        let r = api
+            .post(
+                Some(WORKER),
+                "/v1/jobs/claim",
+                json!({"worker": "w", "session": bad}),
+            )
+            .await;
+        assert_eq!(
+            r.json["error"]["code"], "bad_session",
+            "{bad:?}: {}",
+            r.text
+        );
+        let r = api
+            .post(Some(WORKER), "/v1/jobs/release", json!({"session": bad}))
+            .await;
+        assert_eq!(
+            r.json["error"]["code"], "bad_session",
+            "{bad:?}: {}",
+            r.text
+        );
+    }
 }
 
 #[tokio::test]
