@@ -143,8 +143,15 @@ run npm-package npm_package
 # What a visitor's browser meets (tests/e2e/polite.test.mjs): the npm package's worker in
 # headless Chromium on a `ternflow serve` of its own (the debug binary): a hidden tab claims
 # nothing; `start({ budget: 0.25 })` keeps the engine to a quarter of the time; a tab closed
-# mid-run has every lease it held claimable again within 1 s (tests/e2e/leaving.test.mjs).
-run visitor env TERNFLOW_BIN="${CARGO_TARGET_DIR:-target}/debug/ternflow" node --test --test-concurrency=1 tests/e2e/polite.test.mjs tests/e2e/leaving.test.mjs
+# mid-run has every lease it held claimable again within 1 s (tests/e2e/leaving.test.mjs), in
+# Chromium, Firefox ESR and WebKitGTK (tests/e2e/engines.mjs: selenium-webdriver for the two).
+visitor() {
+  local bin="${CARGO_TARGET_DIR:-target}/debug/ternflow"
+  TERNFLOW_BIN="$bin" node --test --test-concurrency=1 tests/e2e/polite.test.mjs tests/e2e/leaving.test.mjs || return 1
+  TERNFLOW_BIN="$bin" TERNFLOW_E2E_ENGINE=firefox node --test tests/e2e/leaving.test.mjs || return 1
+  TERNFLOW_BIN="$bin" TERNFLOW_E2E_ENGINE=webkit xvfb-run -a node --test tests/e2e/leaving.test.mjs
+}
+run visitor visitor
 # The README's main command, short: scripts/demo.sh itself on the corpus's first 300 sentences,
 # two Web Workers in headless Chromium, once on the embedded store and once on the Redis above
 # (two servers, a key prefix of its own), with the debug binary and the pkg/ built above. Fails
