@@ -2,32 +2,47 @@
 """The alert drills: each alert of deploy/prometheus/alerts.yml caused for real, seen firing in a
 real Alertmanager, fixed the way docs/runbook.md says, and seen resolving.
 
-Runs two `ternflow serve` (SQLite, and Redis with DEBUG enabled so the store can be made slow),
-Debian's Prometheus (scrape every 1 s, rules every 2 s: the real rule file) and Alertmanager (a
-webhook to this script, which runs the stampede's recovery command itself, as an operator's hook
-would), then the drills side by side:
+Runs six `ternflow serve` (SQLite; Redis with DEBUG enabled so the store can be made slow; one
+with no model, the backend that goes down; one on a Redis of its own, to be shut down; one to be
+killed; one with the model, verifying workers' results), Debian's Prometheus (scrape every 1 s,
+rules every 2 s: the real rule file) and Alertmanager (a webhook to this script, which runs the
+stampede's recovery command itself, as an operator's hook would), then the drills side by side:
 
-  poison     12 jobs nobody can run dead-lettered  -> TernflowDeadLettersGrowing; fix: ternflow dlq redrive --reason
-  stampede   12 callers on one key a gone worker holds -> TernflowCacheStampede; fix (webhook): ternflow locks release --stale
-  leak       a worker holding 8 locks killed -9     -> TernflowLocksLeaking; resolves when no new leak for its window
-  slow-store Redis blocked by DEBUG SLEEP           -> TernflowStoreLatencySpike; fix: the load on Redis stops
-  no-workers the redriven jobs ready, nobody claims -> TernflowQueueStalled; fix: a worker claims
+  poison       12 jobs nobody can run dead-lettered  -> TernflowDeadLettersGrowing; fix: ternflow dlq redrive --reason
+  stampede     12 callers on one key a gone worker holds -> TernflowCacheStampede; fix (webhook): ternflow locks release --stale
+  leak         a worker holding 8 locks killed -9     -> TernflowLocksLeaking; resolves when no new leak for its window
+  slow-store   Redis blocked by DEBUG SLEEP           -> TernflowStoreLatencySpike; fix: the load on Redis stops
+  no-workers   the redriven jobs ready, nobody claims -> TernflowQueueStalled; fix: a worker claims
+  backend-down WASI workers (backend-only) on a server with no model -> TernflowBackendBreakerOpen and
+               TernflowRetryStorm; fix: the server restarted with --model
+  store-down   Redis shut down under a claiming worker -> TernflowStoreFailing; fix: Redis started again
+  server-down  a server killed -9                     -> TernflowServerDown; fix: started again
+  contention   5 workers asking for a key a stuck worker keeps renewing -> TernflowLockContention;
+               fix: ternflow locks release --stale
+  sse-storm    a client whose stream a proxy cuts every 0.25 s reconnects in a loop
+               -> TernflowSseDisconnectStorm; fix: the cut stops (one long stream stays)
+  liar         a worker acking a vector that is not the model's -> TernflowVerificationQuarantine;
+               left quarantined (the runbook: a liar stays), resolves after its 15-minute window
 
 and prints, per alert, when it fired (seconds from its cause) and resolved (seconds from its fix),
 and every other alert that fired (none should).
 
-  scripts/drills.py [--bin target/release/ternflow] [--timeout-min 16]
+  scripts/drills.py [--bin target/release/ternflow] [--timeout-min 24]
 
-Needs: prometheus, prometheus-alertmanager, redis-server (Debian), a built `ternflow`.
+Needs: prometheus, prometheus-alertmanager, redis-server (Debian), a built `ternflow`, Wasmtime
+(.tools/wasmtime from scripts/setup.sh, or $TERNFLOW_WASMTIME) and the WASI components
+(scripts/build-wasi.sh).
 """
 
 import argparse
+import base64
 import http.server
 import json
 import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -38,7 +53,11 @@ import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RULES = os.path.join(ROOT, "deploy", "prometheus", "alerts.yml")
-ADMIN, WORKER, PRODUCER = "drill-admin", "drill-worker", "drill-producer"
+MODEL = os.path.join(ROOT, "models", "ternlight-int4.bin")
+WASI_BACKEND = os.path.join(ROOT, "target", "wasi", "ternflow-wasi-worker-backend.wasm")
+_PINNED = os.path.join(ROOT, ".tools", "wasmtime")
+WASMTIME = os.environ.get("TERNFLOW_WASMTIME", _PINNED if os.path.exists(_PINNED) else "wasmtime")
+ADMIN, WORKER, PRODUCER, LIAR = "drill-admin", "drill-worker", "drill-producer", "drill-liar"
 T0 = time.monotonic()
 
 
@@ -68,7 +87,12 @@ def http_json(method, url, token=None, body=None, headers=None, timeout=10):
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             raw = r.read()
-            return r.status, (json.loads(raw) if raw else None)
+            if not raw:
+                return r.status, None
+            try:
+                return r.status, json.loads(raw)
+            except ValueError:  # /metrics is text
+                return r.status, raw.decode(errors="replace")
     except urllib.error.HTTPError as e:
         raw = e.read()
         try:
@@ -90,17 +114,28 @@ def wait_http(url, what, secs=30):
     sys.exit(f"drills: {what} did not come up at {url}")
 
 
+def model_id(base):
+    """The id of the model a server runs (the ETag of its GET /v1/model)."""
+    req = urllib.request.Request(f"{base}/v1/model", method="HEAD")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return r.headers["etag"].strip('"')
+
+
 class Procs:
     def __init__(self, tmp):
         self.tmp = tmp
         self.procs = []
 
     def start(self, name, cmd, env=None):
-        log = open(os.path.join(self.tmp, f"{name}.log"), "w")
+        log = open(os.path.join(self.tmp, f"{name}.log"), "a")
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                              env={**os.environ, **(env or {})}, cwd=self.tmp)
         self.procs.append((name, p))
         return p
+
+    def get(self, name):
+        """The latest process started under `name`."""
+        return [p for n, p in self.procs if n == name][-1]
 
     def stop(self):
         for _, p in reversed(self.procs):
@@ -163,33 +198,50 @@ class Alerts:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "ternflow"))
-    ap.add_argument("--timeout-min", type=float, default=16)
+    ap.add_argument("--timeout-min", type=float, default=24)
     args = ap.parse_args()
     ternflow = os.path.abspath(args.bin)
-    for tool in ("prometheus", "prometheus-alertmanager", "redis-server"):
+    for tool in ("prometheus", "prometheus-alertmanager", "redis-server", "redis-cli"):
         if not shutil.which(tool):
             sys.exit(f"drills: {tool} is not installed (apt-get install prometheus prometheus-alertmanager redis-server)")
     if not os.access(ternflow, os.X_OK):
         sys.exit(f"drills: no ternflow binary at {ternflow} (cargo build --release -p ternflow-cli, or --bin)")
+    if not shutil.which(WASMTIME) and not os.access(WASMTIME, os.X_OK):
+        sys.exit(f"drills: no wasmtime ({WASMTIME}): scripts/setup.sh puts it in .tools/wasmtime")
+    if not os.path.exists(WASI_BACKEND):
+        sys.exit(f"drills: no {WASI_BACKEND}: run scripts/build-wasi.sh")
 
     tmp = tempfile.mkdtemp(prefix="ternflow-drills-")
     procs = Procs(tmp)
-    tokens = f"{ADMIN}:admin,{WORKER}:worker,{PRODUCER}:producer"
+    tokens = f"{ADMIN}:admin,{WORKER}:worker,{PRODUCER}:producer,{LIAR}:worker"
     env = {"TERNFLOW_TOKENS": tokens, "RUST_LOG": "warn,ternflow::audit=warn"}
     try:
-        redis_port = free_port()
+        redis_port, redis2_port = free_port(), free_port()
         procs.start("redis", ["redis-server", "--port", str(redis_port), "--save", "", "--appendonly", "no",
                               "--enable-debug-command", "yes"])
-        s1, s2 = free_port(), free_port()
-        procs.start("server-sqlite", [ternflow, "serve", "--addr", f"127.0.0.1:{s1}", "--data-dir",
-                                      os.path.join(tmp, "d1"), "--max-attempts", "1"], env)
+        redis2_cmd = ["redis-server", "--port", str(redis2_port), "--save", "", "--appendonly", "no"]
+        procs.start("redis2", redis2_cmd)
+        s1, s2, s3, s4, s5, s6 = (free_port() for _ in range(6))
+
+        def serve_cmd(port, data, *extra):
+            return [ternflow, "serve", "--addr", f"127.0.0.1:{port}", "--data-dir", os.path.join(tmp, data), *extra]
+
+        procs.start("server-sqlite", serve_cmd(s1, "d1", "--max-attempts", "1"), env)
         time.sleep(0.5)
-        procs.start("server-redis", [ternflow, "serve", "--addr", f"127.0.0.1:{s2}", "--data-dir",
-                                     os.path.join(tmp, "d2"), "--store", f"redis://127.0.0.1:{redis_port}/0",
-                                     "--redis-prefix", "drills"], env)
-        base1, base2 = f"http://127.0.0.1:{s1}", f"http://127.0.0.1:{s2}"
-        wait_http(f"{base1}/healthz", "the SQLite server")
-        wait_http(f"{base2}/healthz", "the Redis server")
+        procs.start("server-redis", serve_cmd(s2, "d2", "--store", f"redis://127.0.0.1:{redis_port}/0",
+                                              "--redis-prefix", "drills"), env)
+        # The backend that goes down: no model (the drills run in a folder without models/), so
+        # its POST /v1/embed answers 503; jobs keep their attempts (a retry storm, not deaths).
+        backend_cmd = serve_cmd(s3, "d3", "--max-attempts", "1000")
+        procs.start("server-backend", backend_cmd, env)
+        procs.start("server-store", serve_cmd(s4, "d4", "--store", f"redis://127.0.0.1:{redis2_port}/0"), env)
+        down_cmd = serve_cmd(s5, "d5")
+        procs.start("server-down", down_cmd, env)
+        procs.start("server-verify", serve_cmd(s6, "d6", "--model", MODEL), env)
+        base1, base2, base3, base4, base5, base6 = (f"http://127.0.0.1:{p}" for p in (s1, s2, s3, s4, s5, s6))
+        for b, what in ((base1, "SQLite"), (base2, "Redis"), (base3, "backend"), (base4, "store"), (base5, "down"),
+                        (base6, "verify")):
+            wait_http(f"{b}/healthz", f"the {what} server")
 
         # The webhook receiver.
         alerts_box = {}
@@ -239,7 +291,7 @@ alerting:
 scrape_configs:
   - job_name: ternflow
     authorization: {{credentials_file: {token_file}}}
-    static_configs: [{{targets: ["127.0.0.1:{s1}", "127.0.0.1:{s2}"]}}]
+    static_configs: [{{targets: [{", ".join(f'"127.0.0.1:{p}"' for p in (s1, s2, s3, s4, s5, s6))}]}}]
 """)
         procs.start("prometheus", ["prometheus", f"--config.file={tmp}/prom.yml", f"--storage.tsdb.path={tmp}/prom",
                                    f"--web.listen-address=127.0.0.1:{prom_port}"])
@@ -249,20 +301,21 @@ scrape_configs:
         alerts = Alerts(am_url)
         alerts_box["a"] = alerts
         threading.Thread(target=alerts.poll, daemon=True).start()
-        say(f"stack up in {tmp}: servers :{s1} (SQLite) :{s2} (Redis), Prometheus :{prom_port}, Alertmanager :{am_port}")
+        say(f"stack up in {tmp}: servers :{s1} (SQLite) :{s2} (Redis) :{s3} (backend) :{s4} (store) :{s5} (down) "
+            f":{s6} (verify), Prometheus :{prom_port}, Alertmanager :{am_port}")
         # Prometheus applies its targets a few seconds after it starts: the drills begin once it
-        # has scraped both servers a few times (a counter first seen at its value after a cause
+        # has scraped every server a few times (a counter first seen at its value after a cause
         # would show no increase).
         end = time.monotonic() + 60
         while time.monotonic() < end:
             _, r = http_json("GET", f"http://127.0.0.1:{prom_port}/api/v1/query?query=count_over_time(up%5B1m%5D)")
             got = [int(x["value"][1]) for x in (r or {}).get("data", {}).get("result", []) if x["value"][1] != "0"]
-            if len(got) == 2 and min(got) >= 3:
+            if len(got) == 6 and min(got) >= 3:
                 break
             time.sleep(0.5)
         else:
-            sys.exit("drills: Prometheus never scraped both servers")
-        say("Prometheus has scraped both servers 3 times: the drills begin")
+            sys.exit("drills: Prometheus never scraped every server")
+        say("Prometheus has scraped every server 3 times: the drills begin")
 
         def cli(*a, base=base1):
             out = subprocess.run([ternflow, *a, "--server", base, "--token", ADMIN], capture_output=True, text=True)
@@ -384,11 +437,221 @@ scrape_configs:
             _, claimed = http_json("POST", f"{base1}/v1/jobs/claim", WORKER, {"worker": "drill-back", "max": 12})
             say(f"no-workers: a worker came back and claimed {len(claimed['jobs'])} jobs")
             resolved = alerts.wait("TernflowQueueStalled", False, deadline)
-            for j in claimed["jobs"]:
-                http_json("POST", f"{base1}/v1/jobs/{j['id']}/release", WORKER, {"token": j["lease"]["token"]})
+            # The worker that came back runs their model: it finishes them (else they would be
+            # ready again with no claimer, and stall the queue once more).
+            vec = base64.b64encode(struct.pack("<4f", 0.5, 0.5, 0.5, 0.5)).decode()
+            acked = sum(http_json("POST", f"{base1}/v1/jobs/{j['id']}/ack", WORKER, {
+                "token": j["lease"]["token"], "worker": "drill-back",
+                "result": {"model_id": j["model_id"], "vector": vec, "source": "engine"}})[0] == 200
+                for j in claimed["jobs"])
+            say(f"no-workers: the worker acked {acked} of {len(claimed['jobs'])}")
             results["TernflowQueueStalled"] = (cause, fired, fix, resolved, "a worker claims")
 
-        drills = [threading.Thread(target=f, daemon=True) for f in (poison, stampede, leak, slow_store, stalled)]
+        # -- server down: a server killed -9; the runbook's fix is to start it again.
+        def server_down():
+            victim = procs.get("server-down")
+            victim.send_signal(signal.SIGKILL)
+            victim.wait()
+            cause = now()
+            say("server-down: the server was killed -9")
+            fired = alerts.wait("TernflowServerDown", True, deadline)
+            fix = now()
+            procs.start("server-down", down_cmd, env)
+            wait_http(f"{base5}/healthz", "the restarted server")
+            resolved = alerts.wait("TernflowServerDown", False, deadline)
+            results["TernflowServerDown"] = (cause, fired, fix, resolved, "`ternflow serve` started again")
+
+        # -- store down: the Redis of a server with a claiming worker shut down; started again.
+        def store_down():
+            done = threading.Event()
+
+            def claimer():
+                while not done.is_set():
+                    http_json("POST", f"{base4}/v1/jobs/claim", WORKER, {"worker": "drill-store", "max": 1}, timeout=30)
+                    time.sleep(0.5)
+
+            threading.Thread(target=claimer, daemon=True).start()
+            time.sleep(5)
+            subprocess.run(["redis-cli", "-p", str(redis2_port), "SHUTDOWN", "NOSAVE"], capture_output=True)
+            procs.get("redis2").wait()
+            cause = now()
+            code, body = http_json("GET", f"{base4}/readyz")
+            say(f"store-down: Redis shut down; /readyz -> {code} {str(body)[:120]}")
+            for _ in range(3):
+                t = time.monotonic()
+                try:
+                    mcode = http_json("GET", f"{base4}/metrics", ADMIN, timeout=10)[0]
+                except OSError as e:
+                    mcode = f"no answer ({e})"
+                say(f"store-down: /metrics -> {mcode} in {time.monotonic() - t:.2f} s")
+            fired = alerts.wait("TernflowStoreFailing", True, deadline)
+            fix = now()
+            procs.start("redis2", redis2_cmd)
+            end = time.monotonic() + 60
+            while time.monotonic() < end and http_json("GET", f"{base4}/readyz")[0] != 200:
+                time.sleep(0.5)
+            say(f"store-down: Redis started again; /readyz 200 after {now() - fix:.1f} s")
+            resolved = alerts.wait("TernflowStoreFailing", False, deadline)
+            done.set()
+            results["TernflowStoreFailing"] = (cause, fired, fix, resolved, "Redis started again (the server reconnects)")
+
+        # -- contention: a stuck worker keeps renewing a key; 5 others ask for it every 0.5 s.
+        def contention():
+            key = "drill:contended"
+            _, held = http_json("POST", f"{base6}/v1/locks/{key}", WORKER, {"ttl_ms": 10000})
+            assert held and "token" in held, held
+            got = []
+
+            def stuck():
+                while not stop.is_set():
+                    time.sleep(3)
+                    code, _ = http_json("POST", f"{base6}/v1/locks/{key}/renew", WORKER,
+                                        {"token": held["token"], "ttl_ms": 10000})
+                    if code != 200:
+                        say(f"contention: the stuck holder's renewal refused ({code}): it lost the key")
+                        return
+
+            def asker(i):
+                # Each asker is one job's worker: its requests carry the job's traceparent, as
+                # the worker's do (the server tells waiters apart by it).
+                tp = f"00-{0xc0 + i:032x}-{0xc0 + i:016x}-01"
+                while not stop.is_set():
+                    code, g = http_json("POST", f"{base6}/v1/locks/{key}", WORKER, {"ttl_ms": 5000},
+                                        headers={"traceparent": tp})
+                    if code == 200:
+                        got.append(i)
+                        http_json("DELETE", f"{base6}/v1/locks/{key}", WORKER, {"token": g["token"]})
+                        return
+                    time.sleep(0.5)
+
+            threading.Thread(target=stuck, daemon=True).start()
+            askers = [threading.Thread(target=asker, args=(i,), daemon=True) for i in range(5)]
+            for a in askers:
+                a.start()
+            cause = now()
+            fired = alerts.wait("TernflowLockContention", True, deadline)
+            fix = now()
+            cli("locks", "release", "--stale", "--stale-after-ms", "60000", base=base6)
+            for a in askers:
+                a.join(timeout=60)
+            say(f"contention: {len(got)} of 5 askers got the key after the release")
+            resolved = alerts.wait("TernflowLockContention", False, deadline)
+            results["TernflowLockContention"] = (cause, fired, fix, resolved,
+                                                 "ternflow locks release --stale --stale-after-ms 60000")
+
+        # -- SSE storm: a proxy cuts a client's stream every 0.25 s and it reconnects; another
+        #    client's stream stays open throughout.
+        def sse_storm():
+            cutting = threading.Event()
+            cutting.set()
+            cuts = [0]
+
+            def opened(token):
+                req = urllib.request.Request(f"{base1}/v1/events", headers={
+                    "authorization": f"Bearer {token}", "accept": "text/event-stream"})
+                return urllib.request.urlopen(req, timeout=30)
+
+            def steady():
+                try:
+                    with opened(WORKER) as r:
+                        while not stop.is_set():
+                            if not r.readline():
+                                return
+                except OSError:
+                    return
+
+            def cut_loop():
+                while cutting.is_set():
+                    try:
+                        r = opened(PRODUCER)
+                        r.close()
+                        cuts[0] += 1
+                    except OSError:
+                        pass
+                    time.sleep(0.25)
+
+            threading.Thread(target=steady, daemon=True).start()
+            threading.Thread(target=cut_loop, daemon=True).start()
+            cause = now()
+            fired = alerts.wait("TernflowSseDisconnectStorm", True, deadline)
+            fix = now()
+            cutting.clear()
+            say(f"sse-storm: the cuts stopped after {cuts[0]} reconnects")
+            resolved = alerts.wait("TernflowSseDisconnectStorm", False, deadline)
+            results["TernflowSseDisconnectStorm"] = (cause, fired, fix, resolved, "the proxy stops cutting streams")
+
+        # -- liar: a worker acks another text's vector for its job; the server, which runs the
+        #    model, recomputes it (probation) and quarantines the identity.
+        def liar():
+            model = model_id(base6)
+            _, real = http_json("POST", f"{base6}/v1/embed", WORKER, {"texts": ["what the liar sends instead"]})
+            lie = real["vectors"][0]
+            http_json("POST", f"{base6}/v1/jobs", PRODUCER,
+                      {"jobs": [{"id": "liar-0", "text": "a job the liar takes", "model_id": model}]})
+            _, claimed = http_json("POST", f"{base6}/v1/jobs/claim", LIAR, {"worker": "drill-liar", "max": 1})
+            j = claimed["jobs"][0]
+            code, body = http_json("POST", f"{base6}/v1/jobs/{j['id']}/ack", LIAR, {
+                "token": j["lease"]["token"], "worker": "drill-liar",
+                "result": {"model_id": model, "vector": lie, "source": "engine"}})
+            cause = now()
+            say(f"liar: its ack -> {code} {str(body)[:100]}")
+            fired = alerts.wait("TernflowVerificationQuarantine", True, deadline)
+            fix = now()
+            out = cli("quarantine", "list", base=base6)
+            say(f"liar: quarantined: {out.stdout.strip().splitlines()[-1:] if out.stdout.strip() else out.stdout}")
+            # An honest worker does the job the liar's result was undone for.
+            _, honest = http_json("POST", f"{base6}/v1/embed", WORKER, {"texts": ["a job the liar takes"]})
+            _, claimed = http_json("POST", f"{base6}/v1/jobs/claim", WORKER, {"worker": "drill-honest", "max": 1})
+            for j in claimed["jobs"]:
+                code, _ = http_json("POST", f"{base6}/v1/jobs/{j['id']}/ack", WORKER, {
+                    "token": j["lease"]["token"], "worker": "drill-honest",
+                    "result": {"model_id": model, "vector": honest["vectors"][0], "source": "engine"}})
+                say(f"liar: an honest worker did {j['id']} again: ack -> {code}")
+            resolved = alerts.wait("TernflowVerificationQuarantine", False, deadline)
+            results["TernflowVerificationQuarantine"] = (cause, fired, fix, resolved,
+                                                         "left quarantined (a liar); resolves after its 15-minute window")
+
+        # -- backend down: backend-only WASI workers on a server with no model (its /v1/embed
+        #    answers 503): their breakers open and the jobs they nack come back. The runbook's
+        #    fix: the server restarted with --model. Runs once the no-workers drill is over (its
+        #    claims would keep that one from firing: the rules sum over the fleet).
+        def backend_down():
+            while "TernflowQueueStalled" not in results and not stop.is_set():
+                time.sleep(1)
+            model = model_id(base6)
+            jobs = [{"id": f"bd-{i}", "text": f"backend drill sentence number {i}", "model_id": model}
+                    for i in range(300)]
+            http_json("POST", f"{base3}/v1/jobs", PRODUCER, {"jobs": jobs})
+            for i in range(2):
+                procs.start(f"wasi-backend-{i}", [
+                    WASMTIME, "run", "-S", "http", "--env", f"TERNFLOW_SERVER={base3}", "--env",
+                    f"TERNFLOW_TOKEN={WORKER}", "--env", 'TERNFLOW_CONFIG={"workerId":"drill-wasi-%d"}' % i,
+                    WASI_BACKEND])
+            cause = now()
+            say("backend-down: 300 jobs, 2 backend-only WASI workers, a server with no model")
+            fired_b = alerts.wait("TernflowBackendBreakerOpen", True, deadline)
+            fired_r = alerts.wait("TernflowRetryStorm", True, deadline)
+            fix = now()
+            p = procs.get("server-backend")
+            p.terminate()
+            p.wait()
+            procs.start("server-backend", backend_cmd + ["--model", MODEL], env)
+            wait_http(f"{base3}/healthz", "the backend server restarted with --model")
+            say("backend-down: the server restarted with --model")
+            resolved_b = alerts.wait("TernflowBackendBreakerOpen", False, deadline)
+            resolved_r = alerts.wait("TernflowRetryStorm", False, deadline)
+            _, st = http_json("POST", f"{base3}/v1/jobs/status", PRODUCER, {"ids": [j["id"] for j in jobs]})
+            states = {}
+            for x in (st or {}).get("jobs", []):
+                states[x.get("state")] = states.get(x.get("state"), 0) + 1
+            say(f"backend-down: the 300 jobs now: {states}")
+            how = "the server restarted with --model"
+            results["TernflowBackendBreakerOpen"] = (cause, fired_b, fix, resolved_b, how)
+            results["TernflowRetryStorm"] = (cause, fired_r, fix, resolved_r, how)
+
+        drills = [threading.Thread(target=f, daemon=True)
+                  for f in (poison, stampede, leak, slow_store, stalled, server_down, store_down, contention,
+                            sse_storm, liar, backend_down)]
         for d in drills:
             d.start()
         for d in drills:
@@ -422,6 +685,13 @@ scrape_configs:
 
 
 CAUSES = {
+    "TernflowServerDown": "a server killed -9",
+    "TernflowStoreFailing": "the Redis of a server with a claiming worker shut down",
+    "TernflowLockContention": "5 workers asking every 0.5 s for a key a stuck worker keeps renewing",
+    "TernflowSseDisconnectStorm": "a client's stream cut every 0.25 s, reconnecting",
+    "TernflowVerificationQuarantine": "a worker acking another text's vector",
+    "TernflowBackendBreakerOpen": "2 backend-only WASI workers, 300 jobs, a server with no model",
+    "TernflowRetryStorm": "the same: every job nacked backend_unavailable and retried",
     "TernflowDeadLettersGrowing": "12 jobs nobody runs, each failing its only attempt",
     "TernflowCacheStampede": "12 callers on a key a gone worker holds",
     "TernflowLocksLeaking": "a worker holding 8 locks killed -9",
