@@ -25,25 +25,36 @@ pub enum AnyLocal {
 }
 
 impl AnyLocal {
-    /// IndexedDB database `name` when the global scope has `indexedDB`, else memory; at most
-    /// `max_entries` either way, and in memory at most `max_bytes` (see [`MemLocal`]).
+    /// IndexedDB database `name` when the global scope has `indexedDB` and it opens, else
+    /// memory; at most `max_entries` either way, and in memory at most `max_bytes` (see
+    /// [`MemLocal`]). IndexedDB that refuses the open (private browsing, a blocked or broken
+    /// database, storage the browser will not give) is a memory-only cache, never a failure:
+    /// [`AnyLocal::kind`] says `memory`, the gauge `local_cache_memory_only` is 1 in `stats()`.
+    /// A database evicted between visits opens empty: misses, not errors.
     ///
     /// # Errors
-    /// When IndexedDB exists but refuses the open.
+    /// None today (the `Result` is kept for the callers' `?`).
     pub async fn open(name: &str, max_entries: u32, max_bytes: usize) -> Result<Self, WorkerError> {
         let has_idb = js_sys::Reflect::get(&js_sys::global(), &JsValue::from_str("indexedDB"))
             .is_ok_and(|v| !v.is_undefined() && !v.is_null());
-        if has_idb {
-            let hot = MemLocal::new(
-                HOT_BYTES.min(max_bytes),
-                HOT_ENTRIES.min(max_entries as usize),
-            );
-            Ok(AnyLocal::Idb(IdbCache::open(name, max_entries).await?, hot))
-        } else {
-            Ok(AnyLocal::Memory(MemLocal::new(
-                max_bytes,
-                max_entries as usize,
-            )))
+        let memory = || AnyLocal::Memory(MemLocal::new(max_bytes, max_entries as usize));
+        if !has_idb {
+            return Ok(memory());
+        }
+        match IdbCache::open(name, max_entries).await {
+            Ok(db) => {
+                let hot = MemLocal::new(
+                    HOT_BYTES.min(max_bytes),
+                    HOT_ENTRIES.min(max_entries as usize),
+                );
+                Ok(AnyLocal::Idb(db, hot))
+            }
+            Err(e) => {
+                web_sys::console::warn_1(&JsValue::from_str(&format!(
+                    "ternflow: IndexedDB refused to open ({e}); the local cache is in memory only"
+                )));
+                Ok(memory())
+            }
         }
     }
 

@@ -154,6 +154,11 @@ pub(crate) fn update_gauges(p: &Pipeline<Browser>) {
     );
     p.metrics
         .set_gauge(gauges::PAUSED, if p.pause.is_paused() { 1.0 } else { 0.0 });
+    let memory_only = p.adapters.local.as_idb().is_none();
+    p.metrics.set_gauge(
+        gauges::LOCAL_CACHE_MEMORY_ONLY,
+        if memory_only { 1.0 } else { 0.0 },
+    );
     p.metrics.set_gauge(gauges::CPU_SHARE, p.cpu.share());
     p.metrics
         .set_gauge(gauges::ENGINE_BUSY_MS, p.cpu.busy_ms() as f64);

@@ -213,3 +213,36 @@ fn the_engine_is_read_from_each_user_agent() {
     }
     assert_eq!(engine_of("curl/8.0"), None);
 }
+
+/// Private browsing, a blocked database, storage the browser will not give: IndexedDB refuses
+/// the open, and the worker's local cache is in memory only, never a failure. Here the worker's
+/// `indexedDB` is shadowed by one whose `open` throws as Firefox's does in a private window.
+#[wasm_bindgen_test]
+async fn an_indexeddb_that_refuses_to_open_is_a_memory_only_cache() {
+    use ternflow::local::AnyLocal;
+    use wasm_bindgen::JsValue;
+    let global = js_sys::global();
+    let key = JsValue::from_str("indexedDB");
+    let refusing = js_sys::Object::new();
+    let open = js_sys::Function::new_no_args(
+        "throw new DOMException('The operation is insecure.', 'SecurityError')",
+    );
+    js_sys::Reflect::set(&refusing, &"open".into(), &open).unwrap();
+    let descriptor = js_sys::Object::new();
+    js_sys::Reflect::set(&descriptor, &"value".into(), &refusing).unwrap();
+    js_sys::Reflect::set(&descriptor, &"configurable".into(), &JsValue::TRUE).unwrap();
+    js_sys::Object::define_property(&global, &key, &descriptor);
+    let local = AnyLocal::open("ternflow-test-refused", 10, 1 << 20).await;
+    // The real one back for the other tests (the shadow was an own property of the global).
+    js_sys::Reflect::delete_property(&global, &key).unwrap();
+    let local = local.expect("a refused IndexedDB is not an error");
+    assert_eq!(local.kind(), "memory");
+    assert_eq!(local.get("m:k", 1).await.unwrap(), None);
+    local.put("m:k", &[0.5, -1.0], 10_000, 1).await.unwrap();
+    assert_eq!(local.get("m:k", 2).await.unwrap(), Some(vec![0.5, -1.0]));
+    // And with IndexedDB back, the same call opens it.
+    let again = AnyLocal::open("ternflow-test-refused", 10, 1 << 20)
+        .await
+        .unwrap();
+    assert_eq!(again.kind(), "indexeddb");
+}

@@ -92,6 +92,9 @@ pub mod gauges {
     pub const LOCAL_READS_SKIPPED: &str = "local_reads_skipped";
     /// 1 while the queue loop is paused (a hidden tab, save-data, a low battery, `pause()`).
     pub const PAUSED: &str = "paused";
+    /// 1 when the local cache is in memory only (no IndexedDB here, or it refused to open:
+    /// private browsing, a blocked database, no storage granted), else 0.
+    pub const LOCAL_CACHE_MEMORY_ONLY: &str = "local_cache_memory_only";
     /// The CPU budget's share of wall time for the engine (1: none).
     pub const CPU_SHARE: &str = "cpu_share";
     /// Engine busy time measured by the CPU budget since the pipeline started, ms.
