@@ -144,10 +144,12 @@ run npm-package npm_package
 # headless Chromium on a `ternflow serve` of its own (the debug binary): a hidden tab claims
 # nothing; `start({ budget: 0.25 })` keeps the engine to a quarter of the time; a tab closed
 # mid-run has every lease it held claimable again within 1 s (tests/e2e/leaving.test.mjs), in
-# Chromium, Firefox ESR and WebKitGTK (tests/e2e/engines.mjs: selenium-webdriver for the two).
+# Chromium, Firefox ESR and WebKitGTK (tests/e2e/engines.mjs: selenium-webdriver for the two);
+# no long task and no slow click on the page during a 3 000-job run (tests/e2e/smooth.test.mjs).
 visitor() {
   local bin="${CARGO_TARGET_DIR:-target}/debug/ternflow"
-  TERNFLOW_BIN="$bin" node --test --test-concurrency=1 tests/e2e/polite.test.mjs tests/e2e/leaving.test.mjs || return 1
+  TERNFLOW_BIN="$bin" node --test --test-concurrency=1 tests/e2e/polite.test.mjs tests/e2e/leaving.test.mjs \
+    tests/e2e/smooth.test.mjs || return 1
   TERNFLOW_BIN="$bin" TERNFLOW_E2E_ENGINE=firefox node --test tests/e2e/leaving.test.mjs || return 1
   TERNFLOW_BIN="$bin" TERNFLOW_E2E_ENGINE=webkit xvfb-run -a node --test tests/e2e/leaving.test.mjs
 }
