@@ -121,6 +121,20 @@ def model_id(base):
         return r.headers["etag"].strip('"')
 
 
+def prometheus_config(am_port, scrape_configs):
+    """Prometheus' configuration for the drills and the quiet run: scrapes every 1 s, the real
+    rules every 2 s, alerts to the Alertmanager on `am_port`; `scrape_configs` is the YAML list's
+    items (empty: none)."""
+    return f"""global:
+  scrape_interval: 1s
+  evaluation_interval: 2s
+rule_files: [{RULES}]
+alerting:
+  alertmanagers:
+    - static_configs: [{{targets: ["127.0.0.1:{am_port}"]}}]
+scrape_configs:{chr(10) + scrape_configs if scrape_configs else " []" + chr(10)}"""
+
+
 class Procs:
     def __init__(self, tmp):
         self.tmp = tmp
@@ -280,19 +294,12 @@ receivers:
         token_file = os.path.join(tmp, "admin-token")
         with open(token_file, "w") as f:
             f.write(ADMIN)
+        targets = ", ".join(f'"127.0.0.1:{p}"' for p in (s1, s2, s3, s4, s5, s6))
         with open(os.path.join(tmp, "prom.yml"), "w") as f:
-            f.write(f"""global:
-  scrape_interval: 1s
-  evaluation_interval: 2s
-rule_files: [{RULES}]
-alerting:
-  alertmanagers:
-    - static_configs: [{{targets: ["127.0.0.1:{am_port}"]}}]
-scrape_configs:
-  - job_name: ternflow
+            f.write(prometheus_config(am_port, f"""  - job_name: ternflow
     authorization: {{credentials_file: {token_file}}}
-    static_configs: [{{targets: [{", ".join(f'"127.0.0.1:{p}"' for p in (s1, s2, s3, s4, s5, s6))}]}}]
-""")
+    static_configs: [{{targets: [{targets}]}}]
+"""))
         procs.start("prometheus", ["prometheus", f"--config.file={tmp}/prom.yml", f"--storage.tsdb.path={tmp}/prom",
                                    f"--web.listen-address=127.0.0.1:{prom_port}"])
         am_url = f"http://127.0.0.1:{am_port}"

@@ -32,7 +32,8 @@ import time
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from drills import RULES, ROOT, Alerts, Procs, free_port, http_json, now, say, wait_http  # noqa: E402
+from drills import (ROOT, RULES, Alerts, Procs, free_port, http_json, now,  # noqa: E402
+                    prometheus_config, say, wait_http)
 
 
 def servers():
@@ -81,16 +82,7 @@ class Targets:
     relabel_configs: [{{target_label: job, replacement: ternflow}}]
 """)
         with open(os.path.join(self.tmp, "prom.yml"), "w") as f:
-            f.write(f"""global:
-  scrape_interval: 1s
-  evaluation_interval: 2s
-rule_files: [{RULES}]
-alerting:
-  alertmanagers:
-    - static_configs: [{{targets: ["127.0.0.1:{self.am_port}"]}}]
-scrape_configs:
-{"".join(jobs) if jobs else "  []"}
-""".replace("scrape_configs:\n  []", "scrape_configs: []"))
+            f.write(prometheus_config(self.am_port, "".join(jobs)))
 
     def reload(self):
         self.write()
