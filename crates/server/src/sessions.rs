@@ -32,7 +32,7 @@ use lru::LruCache;
 /// How long a session may be without an event stream before it is taken for gone: longer than
 /// the reconnect the stream asks of the browser (`retry`), shorter than the second a closed
 /// tab's jobs may wait.
-pub(crate) const GONE_AFTER_MS: u64 = 750;
+pub(crate) const GONE_AFTER_MS: u64 = 600;
 
 /// Leases followed per session, at most.
 pub(crate) const MAX_HELD: usize = 2_048;

@@ -396,7 +396,7 @@ async fn producers_hear_finished_jobs_and_workers_do_not() {
 
 /// A browser worker's session lives as long as its event stream: when the stream drops (the
 /// tab closed and took the worker with it, whether or not its page's hand-back got out) and no
-/// other opens within `GONE_AFTER_MS` (750 ms), the session's leases are handed back and its
+/// other opens within `GONE_AFTER_MS` (600 ms), the session's leases are handed back and its
 /// claims refused. A reconnect in time keeps it; a session without a stream is left to its
 /// leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -452,7 +452,7 @@ async fn a_session_whose_stream_drops_for_good_hands_its_leases_back() {
         hello.push_str(std::str::from_utf8(&chunk).unwrap());
     }
     assert!(
-        hello.contains("retry: 250"),
+        hello.contains("retry: 150"),
         "the stream asks for a quick reconnect: {hello}"
     );
     let r = claim("tab-1", 2).await;
@@ -462,7 +462,7 @@ async fn a_session_whose_stream_drops_for_good_hands_its_leases_back() {
     // A session that never opened a stream: nothing watches it.
     assert_eq!(claim("tab-2", 1).await.status(), 200);
 
-    // A reconnect: the new stream opens before the old one's drop is 750 ms old.
+    // A reconnect: the new stream opens before the old one's drop is 600 ms old.
     let second = stream().await.unwrap();
     drop(first);
     tokio::time::sleep(Duration::from_millis(1_500)).await;
@@ -482,7 +482,7 @@ async fn a_session_whose_stream_drops_for_good_hands_its_leases_back() {
     }
     let freed = t0.elapsed();
     assert!(
-        freed >= Duration::from_millis(700),
+        freed >= Duration::from_millis(550),
         "handed back after {freed:?}: too soon"
     );
     let r = claim("tab-1", 4).await;

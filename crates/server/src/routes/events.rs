@@ -39,7 +39,7 @@ pub(crate) struct EventsQuery {
 
 /// How soon a session's stream asks the browser to reconnect after a drop (the `retry` field),
 /// well inside [`sessions::GONE_AFTER_MS`].
-const SESSION_RETRY: Duration = Duration::from_millis(250);
+const SESSION_RETRY: Duration = Duration::from_millis(150);
 
 /// A session's stream while it is open; dropped with it. A drop the server did not cause (the
 /// client went away) starts the session's gone-check.
